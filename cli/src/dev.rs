@@ -1,0 +1,204 @@
+//! `chronoshard dev`: the whole platform on one machine. A nats-server child process with
+//! JetStream, the control plane, shard nodes with one SQLite database per shard, and workers.
+//! The parts share this process but talk to each other only through NATS, each over its own
+//! connection, exactly as separate processes do.
+//!
+//! Layout of the data directory:
+//! - `admin-token`: the generated admin token (kept so it survives restarts);
+//! - `nats/`: the JetStream store and `nats-server.log`;
+//! - `shards/shard-<n>.db`: one SQLite database per shard.
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use anyhow::Context;
+use chronoshard_control_plane::{ControlPlane, Options as ControlPlaneOptions};
+use chronoshard_shard_node::{Options as NodeOptions, ShardConfig, ShardNode};
+use chronoshard_worker::{Options as WorkerOptions, Worker};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Options of `chronoshard dev`.
+#[derive(Clone, Debug)]
+pub struct DevOptions {
+    pub data: PathBuf,
+    pub http: SocketAddr,
+    pub shard_nodes: usize,
+    pub workers: usize,
+    /// Admin token; generated (and kept in the data dir) when absent.
+    pub token: Option<String>,
+    /// Shards of a new data dir; an existing one keeps its count.
+    pub shards: u32,
+    pub shard: ShardConfig,
+}
+
+impl DevOptions {
+    pub fn new(data: impl Into<PathBuf>) -> DevOptions {
+        DevOptions {
+            data: data.into(),
+            http: ([127, 0, 0, 1], 8080).into(),
+            shard_nodes: 2,
+            workers: 1,
+            token: None,
+            shards: 8,
+            shard: ShardConfig::default(),
+        }
+    }
+}
+
+/// A running dev platform.
+pub struct Platform {
+    /// `http://<addr>` of the REST API.
+    pub url: String,
+    pub token: String,
+    pub nats_url: String,
+    pub nats_version: String,
+    nats: chronoshard_natsd::Server,
+    shutdown: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Platform {
+    /// Starts every part and waits until `/readyz` answers 200.
+    pub async fn start(opts: DevOptions) -> anyhow::Result<Platform> {
+        std::fs::create_dir_all(&opts.data)
+            .with_context(|| format!("cannot create data dir {}", opts.data.display()))?;
+        let token = admin_token(&opts.data, opts.token.as_deref())?;
+        let binary = chronoshard_natsd::find()?;
+        let nats_opts = chronoshard_natsd::Options::in_dir(&opts.data.join("nats"));
+        let nats = chronoshard_natsd::Server::start(binary, &nats_opts).await?;
+        let nats_url = nats.url();
+        let connect = |name: String| {
+            let url = nats_url.clone();
+            async move {
+                async_nats::ConnectOptions::new()
+                    .name(name.clone())
+                    .connect(url)
+                    .await
+                    .with_context(|| format!("{name}: cannot connect to nats-server"))
+            }
+        };
+        let shutdown = CancellationToken::new();
+        let mut tasks = Vec::new();
+        let listener = tokio::net::TcpListener::bind(opts.http)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot listen on {} (use --http to pick another address)",
+                    opts.http
+                )
+            })?;
+        let (cp, task) = ControlPlane::start(
+            ControlPlaneOptions {
+                admin_token: token.clone(),
+                shard_count: opts.shards,
+                min_nodes: opts.shard_nodes,
+            },
+            connect("control-plane".into()).await?,
+            listener,
+            shutdown.clone(),
+        )
+        .await?;
+        tasks.push(task);
+        for i in 1..=opts.shard_nodes {
+            let node = NodeOptions {
+                node_id: format!("node-{i}"),
+                data_dir: opts.data.join("shards"),
+                shard: opts.shard.clone(),
+            };
+            let (_, task) =
+                ShardNode::start(node, connect(format!("node-{i}")).await?, shutdown.clone())
+                    .await?;
+            tasks.push(task);
+        }
+        for i in 1..=opts.workers {
+            let id = format!("worker-{i}");
+            tasks.push(
+                Worker::start(
+                    WorkerOptions::new(&id),
+                    connect(id.clone()).await?,
+                    shutdown.clone(),
+                )
+                .await?,
+            );
+        }
+        let platform = Platform {
+            url: format!("http://{}", cp.addr),
+            token,
+            nats_url: nats.url(),
+            nats_version: nats.binary.version.clone(),
+            nats,
+            shutdown,
+            tasks,
+        };
+        platform.wait_ready(Duration::from_secs(60)).await?;
+        Ok(platform)
+    }
+
+    async fn wait_ready(&self, timeout: Duration) -> anyhow::Result<()> {
+        let client = reqwest::Client::new();
+        let url = format!("{}/readyz", self.url);
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let last = match client.get(&url).send().await {
+                Ok(r) if r.status().is_success() => return Ok(()),
+                Ok(r) => r.text().await.unwrap_or_default(),
+                Err(e) => e.to_string(),
+            };
+            if tokio::time::Instant::now() > deadline {
+                anyhow::bail!("platform not ready after {timeout:?}: {last}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops every part, then the nats-server child.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        let all = futures_join(std::mem::take(&mut self.tasks));
+        if tokio::time::timeout(Duration::from_secs(20), all)
+            .await
+            .is_err()
+        {
+            tracing::warn!("some parts did not stop within 20 s");
+        }
+        self.nats.stop().await.context("stopping nats-server")?;
+        Ok(())
+    }
+
+    /// The nats-server child's process id.
+    pub fn nats_pid(&self) -> Option<u32> {
+        self.nats.pid()
+    }
+}
+
+async fn futures_join(tasks: Vec<JoinHandle<()>>) {
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+/// The admin token: the one given, else the one kept in the data dir, else a new one (kept).
+fn admin_token(data: &Path, given: Option<&str>) -> anyhow::Result<String> {
+    if let Some(t) = given {
+        anyhow::ensure!(!t.trim().is_empty(), "--token must not be empty");
+        return Ok(t.to_string());
+    }
+    let path = data.join("admin-token");
+    if let Ok(t) = std::fs::read_to_string(&path) {
+        if !t.trim().is_empty() {
+            return Ok(t.trim().to_string());
+        }
+    }
+    let token = format!("cs_{}", uuid::Uuid::new_v4().simple());
+    std::fs::write(&path, &token).with_context(|| format!("cannot write {}", path.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
+    }
+    Ok(token)
+}

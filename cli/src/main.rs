@@ -1,0 +1,93 @@
+//! `chronoshard`: the one binary. Subcommands only; each is a library call.
+
+use std::{net::SocketAddr, path::PathBuf};
+
+use chronoshard::dev::{DevOptions, Platform};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "chronoshard",
+    version,
+    about = "Sharded job scheduling platform"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the whole platform on this machine: nats-server, control plane, shard nodes, workers.
+    Dev {
+        /// Data directory: shard databases, JetStream store, admin token. Kept across restarts.
+        #[arg(long, env = "CHRONOSHARD_DATA", default_value = "./chronoshard-data")]
+        data: PathBuf,
+        /// Address of the REST API.
+        #[arg(long, env = "CHRONOSHARD_HTTP", default_value = "127.0.0.1:8080")]
+        http: SocketAddr,
+        /// Number of shard nodes.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+        shard_nodes: u16,
+        /// Number of workers.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(0..=64))]
+        workers: u16,
+        /// Admin token (default: generated once and kept in DATA/admin-token).
+        #[arg(long, env = "CHRONOSHARD_TOKEN")]
+        token: Option<String>,
+        /// Shard count of a new data directory.
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+        shards: u32,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    chronoshard_telemetry::init_logging(
+        std::env::var("CHRONOSHARD_LOG_JSON").is_ok_and(|v| v == "1"),
+    );
+    match cli.command {
+        Command::Dev {
+            data,
+            http,
+            shard_nodes,
+            workers,
+            token,
+            shards,
+        } => {
+            let mut opts = DevOptions::new(data);
+            opts.http = http;
+            opts.shard_nodes = shard_nodes as usize;
+            opts.workers = workers as usize;
+            opts.token = token;
+            opts.shards = shards;
+            let data = opts.data.clone();
+            let platform = Platform::start(opts).await?;
+            println!("chronoshard dev is ready");
+            println!("  url:    {}", platform.url);
+            println!("  docs:   {}/docs", platform.url);
+            println!("  token:  {}", platform.token);
+            println!("  data:   {}", data.display());
+            println!(
+                "  nats:   {} (nats-server {})",
+                platform.nats_url, platform.nats_version
+            );
+            println!("press Ctrl-C to stop");
+            shutdown_signal().await;
+            println!("stopping");
+            platform.stop().await?;
+            println!("stopped");
+        }
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

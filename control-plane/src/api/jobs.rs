@@ -1,0 +1,355 @@
+//! `/v1/jobs` and `/v1/tickets`: routing job operations to the shard that owns the job's tenant.
+
+use axum::{
+    extract::State,
+    http::{HeaderMap, StatusCode},
+    response::IntoResponse,
+    Json,
+};
+use chrono::{DateTime, Utc};
+use chronoshard_wire::{
+    job::check_token,
+    rpc::{ShardReply, ShardRequest},
+    Job, JobPatch, JobSpec, RunView, TicketView,
+};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use super::{
+    body::{JsonBody, Params, PathId},
+    error::ApiError,
+    AppState, Problem,
+};
+
+/// A page of jobs.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct JobPage {
+    pub jobs: Vec<Job>,
+    /// Pass as `cursor` to get the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// A page of runs, newest first.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct RunPage {
+    pub runs: Vec<RunView>,
+    /// Pass as `before` to get older runs; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_before: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ListJobsQuery {
+    /// Only this tenant's jobs.
+    pub tenant: Option<String>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+    /// 1–500, default 50.
+    pub limit: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct RunsQuery {
+    /// Only runs scheduled strictly before this instant (RFC 3339).
+    pub before: Option<DateTime<Utc>>,
+    /// 1–500, default 50.
+    pub limit: Option<u32>,
+}
+
+fn limit(l: Option<u32>) -> Result<u32, ApiError> {
+    match l.unwrap_or(50) {
+        l @ 1..=500 => Ok(l),
+        _ => Err(ApiError::field("limit", "must be 1-500")),
+    }
+}
+
+fn job_reply(reply: ShardReply) -> Result<(Job, bool), ApiError> {
+    match reply {
+        ShardReply::Job { job, created } => Ok((job, created)),
+        other => Err(ApiError::Internal(format!(
+            "unexpected shard reply {other:?}"
+        ))),
+    }
+}
+
+/// Create a job.
+#[utoipa::path(post, path = "/v1/jobs", tag = "jobs", request_body = JobSpec,
+    params(("Idempotency-Key" = Option<String>, Header, description = "Repeating a create with the same key returns the first job")),
+    responses((status = 201, description = "Created", body = Job),
+               (status = 200, description = "An earlier create with this Idempotency-Key", body = Job),
+               (status = 400, description = "Invalid body", body = Problem, content_type = "application/problem+json"),
+               (status = 422, description = "Idempotency-Key used for another job", body = Problem, content_type = "application/problem+json"),
+               (status = 503, description = "Shard unavailable", body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn create_job(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    JsonBody(spec): JsonBody<JobSpec>,
+) -> Result<impl IntoResponse, ApiError> {
+    // Checked here too, so a bad request never reaches a shard.
+    spec.validate(Utc::now())
+        .map_err(|e| ApiError::field(e.field, e.message))?;
+    let key = match headers.get("idempotency-key") {
+        Some(v) => Some(
+            v.to_str()
+                .ok()
+                .filter(|k| !k.is_empty() && k.len() <= 255)
+                .ok_or_else(|| {
+                    ApiError::field("Idempotency-Key", "must be 1-255 visible ASCII characters")
+                })?
+                .to_string(),
+        ),
+        None => None,
+    };
+    let job_id = Uuid::now_v7();
+    let shard = state.router.shard_for_tenant(&spec.tenant);
+    // Indexed first: an index entry whose create failed is harmless (the job reads as not found),
+    // a job without an entry would be unreachable by id.
+    state
+        .cluster
+        .index_job(&job_id.to_string(), &spec.tenant)
+        .await
+        .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+    let reply = state
+        .router
+        .call(
+            shard,
+            &ShardRequest::CreateJob {
+                job_id,
+                spec,
+                idempotency_key: key,
+            },
+        )
+        .await?;
+    let (job, created) = job_reply(reply)?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((
+        status,
+        [(axum::http::header::LOCATION, format!("/v1/jobs/{}", job.id))],
+        Json(job),
+    ))
+}
+
+/// List jobs, oldest first, cursor-paginated.
+#[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(ListJobsQuery),
+    responses((status = 200, body = JobPage), (status = 400, body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn list_jobs(
+    State(state): State<AppState>,
+    Params(q): Params<ListJobsQuery>,
+) -> Result<Json<JobPage>, ApiError> {
+    let limit = limit(q.limit)?;
+    let after = match &q.cursor {
+        Some(c) => Some(
+            Uuid::parse_str(c)
+                .map_err(|_| ApiError::field("cursor", "not a cursor returned by this API"))?,
+        ),
+        None => None,
+    };
+    let req = ShardRequest::ListJobs {
+        tenant: q.tenant.clone(),
+        after,
+        limit,
+    };
+    let replies = match &q.tenant {
+        Some(t) => {
+            check_token("tenant", t, 64).map_err(|e| ApiError::field(e.field, e.message))?;
+            vec![
+                state
+                    .router
+                    .call(state.router.shard_for_tenant(t), &req)
+                    .await,
+            ]
+        }
+        None => state.router.call_all(&req).await,
+    };
+    let mut jobs = Vec::new();
+    for r in replies {
+        match r? {
+            ShardReply::Jobs { jobs: j } => jobs.extend(j),
+            other => {
+                return Err(ApiError::Internal(format!(
+                    "unexpected shard reply {other:?}"
+                )))
+            }
+        }
+    }
+    jobs.sort_by_key(|j| j.id);
+    jobs.truncate(limit as usize);
+    let next_cursor = (jobs.len() == limit as usize)
+        .then(|| jobs.last().map(|j| j.id.to_string()))
+        .flatten();
+    Ok(Json(JobPage { jobs, next_cursor }))
+}
+
+/// The shard of an existing job, from the job index.
+async fn job_shard(state: &AppState, id: Uuid) -> Result<u32, ApiError> {
+    let tenant = state
+        .cluster
+        .job_tenant(&id.to_string())
+        .await
+        .map_err(|e| ApiError::Unavailable(e.to_string()))?
+        .ok_or(ApiError::NotFound("job"))?;
+    Ok(state.router.shard_for_tenant(&tenant))
+}
+
+async fn job_call(state: &AppState, id: Uuid, req: ShardRequest) -> Result<ShardReply, ApiError> {
+    let shard = job_shard(state, id).await?;
+    state.router.call(shard, &req).await
+}
+
+/// Read a job.
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = Uuid, Path)),
+    responses((status = 200, body = Job), (status = 404, body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn get_job(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+) -> Result<Json<Job>, ApiError> {
+    Ok(Json(
+        job_reply(job_call(&state, id, ShardRequest::GetJob { job_id: id }).await?)?.0,
+    ))
+}
+
+/// Change a job. A new schedule recomputes future occurrences; ticketed ones run as they are.
+#[utoipa::path(patch, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = Uuid, Path)), request_body = JobPatch,
+    responses((status = 200, body = Job), (status = 400, body = Problem, content_type = "application/problem+json"),
+              (status = 404, body = Problem, content_type = "application/problem+json"),
+              (status = 409, body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn patch_job(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+    JsonBody(patch): JsonBody<JobPatch>,
+) -> Result<Json<Job>, ApiError> {
+    Ok(Json(
+        job_reply(job_call(&state, id, ShardRequest::PatchJob { job_id: id, patch }).await?)?.0,
+    ))
+}
+
+/// Delete a job: future occurrences are cancelled, tickets in flight finish, history stays readable.
+#[utoipa::path(delete, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = Uuid, Path)),
+    responses((status = 204), (status = 404, body = Problem, content_type = "application/problem+json"),
+              (status = 409, body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn delete_job(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+) -> Result<StatusCode, ApiError> {
+    job_reply(job_call(&state, id, ShardRequest::DeleteJob { job_id: id }).await?)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Pause a job: it makes no occurrences until resumed.
+#[utoipa::path(post, path = "/v1/jobs/{id}/pause", tag = "jobs", params(("id" = Uuid, Path)),
+    responses((status = 200, body = Job), (status = 404, body = Problem, content_type = "application/problem+json"),
+              (status = 409, body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn pause_job(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+) -> Result<Json<Job>, ApiError> {
+    Ok(Json(
+        job_reply(job_call(&state, id, ShardRequest::PauseJob { job_id: id }).await?)?.0,
+    ))
+}
+
+/// Resume a paused job from its first occurrence after now (no catch-up for the paused time).
+#[utoipa::path(post, path = "/v1/jobs/{id}/resume", tag = "jobs", params(("id" = Uuid, Path)),
+    responses((status = 200, body = Job), (status = 404, body = Problem, content_type = "application/problem+json"),
+              (status = 409, body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn resume_job(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+) -> Result<Json<Job>, ApiError> {
+    Ok(Json(
+        job_reply(job_call(&state, id, ShardRequest::ResumeJob { job_id: id }).await?)?.0,
+    ))
+}
+
+/// Fire a job now, outside its schedule.
+#[utoipa::path(post, path = "/v1/jobs/{id}/trigger", tag = "jobs", params(("id" = Uuid, Path)),
+    responses((status = 202, body = RunView), (status = 404, body = Problem, content_type = "application/problem+json"),
+              (status = 409, body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn trigger_job(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+) -> Result<impl IntoResponse, ApiError> {
+    match job_call(&state, id, ShardRequest::TriggerJob { job_id: id }).await? {
+        ShardReply::Triggered { run } => Ok((StatusCode::ACCEPTED, Json(run))),
+        other => Err(ApiError::Internal(format!(
+            "unexpected shard reply {other:?}"
+        ))),
+    }
+}
+
+/// A job's occurrences, newest first; the next one appears as `scheduled` on the first page.
+#[utoipa::path(get, path = "/v1/jobs/{id}/runs", tag = "jobs", params(("id" = Uuid, Path), RunsQuery),
+    responses((status = 200, body = RunPage), (status = 404, body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn list_runs(
+    State(state): State<AppState>,
+    PathId(id): PathId,
+    Params(q): Params<RunsQuery>,
+) -> Result<Json<RunPage>, ApiError> {
+    let limit = limit(q.limit)?;
+    match job_call(
+        &state,
+        id,
+        ShardRequest::ListRuns {
+            job_id: id,
+            before: q.before,
+            limit,
+        },
+    )
+    .await?
+    {
+        ShardReply::Runs { runs } => {
+            let past = runs
+                .iter()
+                .filter(|r| r.status != chronoshard_wire::RunStatus::Scheduled)
+                .count();
+            let next_before = (past == limit as usize)
+                .then(|| runs.last().map(|r| r.scheduled_at))
+                .flatten();
+            Ok(Json(RunPage { runs, next_before }))
+        }
+        other => Err(ApiError::Internal(format!(
+            "unexpected shard reply {other:?}"
+        ))),
+    }
+}
+
+/// One ticket with its attempts and trace id.
+#[utoipa::path(get, path = "/v1/tickets/{ticket_id}", tag = "jobs", params(("ticket_id" = Uuid, Path)),
+    responses((status = 200, body = TicketView), (status = 404, body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn get_ticket(
+    State(state): State<AppState>,
+    PathId(ticket_id): PathId,
+) -> Result<Json<TicketView>, ApiError> {
+    // Tickets carry no tenant in their id: ask every shard; exactly one can have it.
+    let mut unavailable = None;
+    for reply in state
+        .router
+        .call_all(&ShardRequest::GetTicket { ticket_id })
+        .await
+    {
+        match reply {
+            Ok(ShardReply::Ticket { ticket }) => return Ok(Json(ticket)),
+            Err(ApiError::NotFound(_)) | Ok(_) => {}
+            Err(e) => unavailable = Some(e),
+        }
+    }
+    Err(unavailable.unwrap_or(ApiError::NotFound("ticket")))
+}

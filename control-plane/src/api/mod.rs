@@ -1,0 +1,153 @@
+//! The REST API (v1): routes, authentication, request metrics, the OpenAPI document and Swagger
+//! UI. Handlers live one file per resource; every error goes through `error::ApiError`.
+//!
+//! Handlers only translate HTTP to shard requests and back: they must not touch shard databases
+//! or decide anything a shard decides.
+
+pub mod body;
+pub mod cluster;
+pub mod error;
+pub mod jobs;
+pub mod ops;
+pub mod schedule;
+
+use std::{sync::Arc, time::Instant};
+
+use axum::{
+    extract::{MatchedPath, Request, State},
+    http::header,
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+    Router,
+};
+use chronoshard_cluster::Cluster;
+use chronoshard_telemetry::metrics;
+use utoipa::{
+    openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme},
+    Modify, OpenApi,
+};
+use utoipa_axum::{router::OpenApiRouter, routes};
+use utoipa_swagger_ui::SwaggerUi;
+
+pub use error::{ApiError, Problem};
+
+use crate::routing::Router as ShardRouter;
+
+/// What every handler can reach.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    pub router: ShardRouter,
+    pub cluster: Cluster,
+    pub admin_token: Arc<str>,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "chronoshard",
+        version = "1",
+        description = "Sharded job scheduling: create cron, interval, one-shot and delayed jobs; read their runs and tickets. \
+Errors are application/problem+json (RFC 9457) with a stable `code`; input errors name the `field`."
+    ),
+    modifiers(&BearerAuth),
+    components(schemas(Problem)),
+    tags(
+        (name = "jobs", description = "Jobs, their runs and tickets"),
+        (name = "schedule", description = "Schedule evaluation"),
+        (name = "cluster", description = "Shards and nodes"),
+        (name = "operations", description = "Health, readiness, metrics (no token)")
+    )
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, api: &mut utoipa::openapi::OpenApi) {
+        let components = api.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+fn api_router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(jobs::create_job, jobs::list_jobs))
+        .routes(routes!(jobs::get_job, jobs::patch_job, jobs::delete_job))
+        .routes(routes!(jobs::pause_job))
+        .routes(routes!(jobs::resume_job))
+        .routes(routes!(jobs::trigger_job))
+        .routes(routes!(jobs::list_runs))
+        .routes(routes!(jobs::get_ticket))
+        .routes(routes!(schedule::preview))
+        .routes(routes!(cluster::list_shards))
+        .routes(routes!(cluster::list_nodes))
+        .routes(routes!(ops::healthz))
+        .routes(routes!(ops::readyz))
+        .routes(routes!(ops::metrics))
+}
+
+/// The OpenAPI document, generated from the handlers (committed as openapi/openapi.json).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api_router().split_for_parts().1
+}
+
+/// The whole HTTP application.
+pub fn app(state: AppState) -> Router {
+    let (router, api) = api_router().split_for_parts();
+    router
+        .route_layer(middleware::from_fn(record))
+        .merge(SwaggerUi::new("/docs").url("/openapi.json", api))
+        .fallback(|| async { ApiError::NotFound("route") })
+        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(axum::extract::DefaultBodyLimit::max(body::MAX_BODY))
+        .with_state(state)
+}
+
+/// `/v1` needs the admin bearer token; operational endpoints and the docs need none.
+async fn authenticate(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    if !req.uri().path().starts_with("/v1/") {
+        return next.run(req).await;
+    }
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if presented.is_some_and(|t| constant_time_eq(t.as_bytes(), state.admin_token.as_bytes())) {
+        next.run(req).await
+    } else {
+        let mut resp = ApiError::Unauthorized.into_response();
+        resp.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer"),
+        );
+        resp
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Counts requests and their duration by route template (not by raw path: ids would explode the
+/// label set).
+async fn record(req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".into());
+    let method = req.method().to_string();
+    let start = Instant::now();
+    let resp = next.run(req).await;
+    metrics::HTTP_DURATION_SECONDS
+        .with_label_values(&[&method, &route])
+        .observe(start.elapsed().as_secs_f64());
+    metrics::HTTP_REQUESTS_TOTAL
+        .with_label_values(&[&method, &route, resp.status().as_str()])
+        .inc();
+    resp
+}

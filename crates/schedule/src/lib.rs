@@ -1,0 +1,158 @@
+//! Schedule evaluation for chronoshard: cron expressions in IANA time zones (with the DST rules
+//! of DESIGN.md §5), fixed intervals, and one-shot instants.
+//!
+//! This crate owns "when does this schedule fire next". It is pure: no I/O, no clock reads, no
+//! global state. Every instant is passed in by the caller and every answer is a UTC instant.
+//! All `next_after`-style methods are strictly after their argument, so iterating them yields
+//! strictly increasing fire times with no duplicates.
+//!
+//! Modules: `field` parses one cron field, `search` finds the next matching wall-clock time,
+//! `cron` maps wall-clock times to instants under the DST rules, `interval` does `every`.
+//!
+//! # Resolved ambiguities
+//!
+//! Where the contract is silent these choices were made (each is covered by a test):
+//!
+//! - **Day-of-month / day-of-week OR rule.** A day field counts as restricted unless its text
+//!   starts with `*` or `?`, exactly as Vixie cron and cronie decide it. So `0 0 13 * FRI` fires
+//!   on every 13th and every Friday, while `0 0 */2 * MON` fires on odd days that are Mondays
+//!   (AND), and `0 0 1-31 * MON` fires every day (OR with a full day-of-month).
+//! - **"Hour field is a single value"** (selects the DST rule) is syntactic: one number with no
+//!   `*`, `,`, `-` or `/`. `2-2` and `2/24` are ranges/steps, so their gap times are skipped.
+//! - **Day-of-week steps** run over 0–6: `*/2` = Sun,Tue,Thu,Sat; `5/2` = Fri; `7/2` = Sun only
+//!   (7 is the end of the week already). Explicit ranges run as written, 7 folding onto Sunday:
+//!   `5-7` = Fri,Sat,Sun. `SUN` at the end of a range means 7, so `FRI-SUN` works.
+//! - **`?`** is accepted only as the whole day-of-month or day-of-week field and means `*`.
+//! - **Steps larger than the range** are accepted (`*/90` in minutes is minute 0), as in Vixie.
+//! - **Not supported** (rejected with `InvalidCron`): Quartz `L`, `W`, `#`, a year field, and
+//!   `@daily`-style macros.
+//! - **Whole seconds.** Cron fire times are whole seconds; a sub-second `after` is handled
+//!   (`next_after(10:00:00.5)` can return 10:00:01).
+//! - **Gap end collisions.** In zones with a 30-minute shift (Australia/Lord_Howe) the gap end can
+//!   itself be a matching time (`0,30 2 * * *`: 02:00 is skipped, its fire lands on 02:30); it
+//!   fires once.
+//! - **Never-firing expressions** whose day rule can never match (`0 0 30 2 *`) are recognised
+//!   at parse time and return `None` at once; anything else is searched at most 400 years ahead,
+//!   which covers every Feb 29 + weekday combination (up to 40 years apart).
+//! - **Time zones**: `""` and `"UTC"` are UTC; any other name must be an IANA name (case
+//!   sensitive, legacy links like `US/Eastern` accepted) from the tz data compiled into
+//!   chrono-tz. That data lists transitions through 2099; later, a zone's last offset applies.
+//! - **Overlap start.** When `after` falls inside the first pass of an overlap, a non-single-hour
+//!   schedule's next fire may be the *second* pass of an earlier local time (NY, `0 * * * *`,
+//!   after 05:15Z = 01:15 EDT → 06:00Z = 01:00 EST): fires are ordered by instant, not by
+//!   local time.
+//! - **Representable range.** Cron searches start no earlier than two days after chrono's
+//!   minimum instant and give up a year before its maximum; nothing panics at the extremes.
+//! - **`every`**: `end_at` is exclusive; `next_after(start_at)` does not return `start_at` itself,
+//!   use [`Schedule::first_at_or_after`] to get the k = 0 fire. A `Schedule::Every` built
+//!   directly with a zero interval (bypassing [`Schedule::every`]) fires once at `start_at`.
+//! - **`At`** in the past: `next_after` and `first_at_or_after` both return `None` for it;
+//!   "due at once" is the caller's decision, not this crate's.
+
+mod cron;
+mod field;
+mod interval;
+mod search;
+
+pub use chrono::{DateTime, Utc};
+pub use cron::Cron;
+
+/// Why a schedule could not be built. Messages are meant for API users (400 responses).
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// The message names the field (or the field count) and why, e.g.
+    /// `hour: value 24 out of range 0-23`.
+    #[error("invalid cron expression: {0}")]
+    InvalidCron(String),
+    #[error("unknown time zone {0:?}")]
+    UnknownTimeZone(String),
+    #[error("invalid interval: {0}")]
+    InvalidInterval(String),
+}
+
+/// When a job fires.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Schedule {
+    Cron(Cron),
+    /// Fires at `start_at + k·every` (k = 0, 1, …) while strictly before `end_at`.
+    /// Build it with [`Schedule::every`], which checks the invariants.
+    Every {
+        every: std::time::Duration,
+        start_at: DateTime<Utc>,
+        end_at: Option<DateTime<Utc>>,
+    },
+    /// Fires once, at this instant.
+    At(DateTime<Utc>),
+}
+
+impl Schedule {
+    /// An interval schedule; `every` must be positive (sub-second is fine) and `end_at`, if
+    /// given, later than `start_at`.
+    pub fn every(
+        every: std::time::Duration,
+        start_at: DateTime<Utc>,
+        end_at: Option<DateTime<Utc>>,
+    ) -> Result<Schedule, Error> {
+        if every.is_zero() {
+            return Err(Error::InvalidInterval(
+                "every must be greater than zero".into(),
+            ));
+        }
+        if let Some(end) = end_at {
+            if end <= start_at {
+                return Err(Error::InvalidInterval(format!(
+                    "end_at {} must be after start_at {}",
+                    end.to_rfc3339(),
+                    start_at.to_rfc3339()
+                )));
+            }
+        }
+        Ok(Schedule::Every {
+            every,
+            start_at,
+            end_at,
+        })
+    }
+
+    /// The first fire time strictly after `after`, or `None` when there is none.
+    pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        match self {
+            Schedule::Cron(cron) => cron.next_after(after),
+            Schedule::Every {
+                every,
+                start_at,
+                end_at,
+            } => interval::next_after(*every, *start_at, *end_at, after),
+            Schedule::At(t) => (*t > after).then_some(*t),
+        }
+    }
+
+    /// The first fire time at or after `t` (e.g. `every`'s k = 0 fire when `t == start_at`).
+    /// An `At` in the past still returns `None`: treating it as due is the caller's policy.
+    pub fn first_at_or_after(&self, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        // Instants have nanosecond resolution, so "at or after t" is "strictly after t - 1ns".
+        // Only `t` = the earliest representable instant has no predecessor; nothing real
+        // fires there, so falling back to "strictly after" is harmless.
+        match t.checked_sub_signed(chrono::TimeDelta::nanoseconds(1)) {
+            Some(before) => self.next_after(before),
+            None => self.next_after(t),
+        }
+    }
+
+    /// Up to `count` fire times strictly after `after`, strictly increasing.
+    pub fn preview(&self, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
+        // The API caps count at 1000; don't let a huge count reserve memory up front.
+        let mut out = Vec::with_capacity(count.min(1024));
+        let mut cursor = after;
+        while out.len() < count {
+            match self.next_after(cursor) {
+                Some(t) => {
+                    out.push(t);
+                    cursor = t;
+                }
+                None => break,
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,149 @@
+//! Every metric of chronoshard, registered once in the process-wide Prometheus registry.
+//! Names are constants so code, docs/metrics.md and the dashboards agree.
+
+use std::sync::LazyLock;
+
+use prometheus::{
+    register_histogram_vec, register_int_counter_vec, register_int_gauge_vec, Encoder,
+    HistogramVec, IntCounterVec, IntGaugeVec, TextEncoder,
+};
+
+pub const JOBS_CREATED: &str = "chronoshard_jobs_created_total";
+pub const FIRES: &str = "chronoshard_fires_total";
+pub const FIRE_LATENESS: &str = "chronoshard_fire_lateness_seconds";
+pub const TICKETS_PUBLISHED: &str = "chronoshard_tickets_published_total";
+pub const PUBLISH_ERRORS: &str = "chronoshard_publish_errors_total";
+pub const DISPATCH_BACKLOG: &str = "chronoshard_dispatch_backlog";
+pub const RESULTS_APPLIED: &str = "chronoshard_results_applied_total";
+pub const OCCURRENCES_NOT_FIRED: &str = "chronoshard_occurrences_not_fired_total";
+pub const WHEEL_ENTRIES: &str = "chronoshard_wheel_entries";
+pub const HTTP_REQUESTS: &str = "chronoshard_http_requests_total";
+pub const HTTP_DURATION: &str = "chronoshard_http_request_duration_seconds";
+pub const EXECUTIONS: &str = "chronoshard_worker_executions_total";
+pub const EXECUTION_DURATION: &str = "chronoshard_worker_execution_seconds";
+pub const START_LATENESS: &str = "chronoshard_start_lateness_seconds";
+
+const LATENESS_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    60.0,
+];
+
+/// Jobs created, by shard.
+pub static JOBS_CREATED_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(JOBS_CREATED, "jobs created", &["shard"]).expect("metric")
+});
+/// Occurrences fired (ticket written), by shard.
+pub static FIRES_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(FIRES, "occurrences fired", &["shard"]).expect("metric")
+});
+/// Scheduled time → ticket published to JetStream.
+pub static FIRE_LATENESS_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
+    register_histogram_vec!(
+        FIRE_LATENESS,
+        "scheduled time to ticket published",
+        &["shard"],
+        LATENESS_BUCKETS.to_vec()
+    )
+    .expect("metric")
+});
+pub static TICKETS_PUBLISHED_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        TICKETS_PUBLISHED,
+        "tickets acknowledged by JetStream",
+        &["shard"]
+    )
+    .expect("metric")
+});
+pub static PUBLISH_ERRORS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        PUBLISH_ERRORS,
+        "ticket publishes refused or timed out (retried)",
+        &["shard"]
+    )
+    .expect("metric")
+});
+/// Tickets written to the shard database but not yet acknowledged by JetStream.
+pub static DISPATCH_BACKLOG_GAUGE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
+        DISPATCH_BACKLOG,
+        "tickets written but not yet published",
+        &["shard"]
+    )
+    .expect("metric")
+});
+pub static RESULTS_APPLIED_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        RESULTS_APPLIED,
+        "worker results applied, by kind",
+        &["shard", "kind"]
+    )
+    .expect("metric")
+});
+/// Occurrences recorded as missed or skipped, by reason.
+pub static OCCURRENCES_NOT_FIRED_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        OCCURRENCES_NOT_FIRED,
+        "occurrences recorded as missed or skipped",
+        &["shard", "status", "reason"]
+    )
+    .expect("metric")
+});
+pub static WHEEL_ENTRIES_GAUGE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
+        WHEEL_ENTRIES,
+        "occurrences held in the time wheel",
+        &["shard"]
+    )
+    .expect("metric")
+});
+pub static HTTP_REQUESTS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        HTTP_REQUESTS,
+        "REST requests",
+        &["method", "route", "status"]
+    )
+    .expect("metric")
+});
+pub static HTTP_DURATION_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
+    register_histogram_vec!(
+        HTTP_DURATION,
+        "REST request duration",
+        &["method", "route"],
+        LATENESS_BUCKETS.to_vec()
+    )
+    .expect("metric")
+});
+pub static EXECUTIONS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        EXECUTIONS,
+        "attempts executed by workers",
+        &["queue", "outcome"]
+    )
+    .expect("metric")
+});
+pub static EXECUTION_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
+    register_histogram_vec!(
+        EXECUTION_DURATION,
+        "executor run time",
+        &["queue"],
+        LATENESS_BUCKETS.to_vec()
+    )
+    .expect("metric")
+});
+/// Scheduled time → executor start, measured by the worker.
+pub static START_LATENESS_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
+    register_histogram_vec!(
+        START_LATENESS,
+        "scheduled time to executor start",
+        &["queue"],
+        LATENESS_BUCKETS.to_vec()
+    )
+    .expect("metric")
+});
+
+/// The Prometheus text exposition of every registered metric.
+pub fn render() -> String {
+    let mut buf = Vec::new();
+    let _ = TextEncoder::new().encode(&prometheus::gather(), &mut buf);
+    String::from_utf8(buf).unwrap_or_default()
+}

@@ -1,0 +1,587 @@
+//! The job as clients write it (`JobSpec`, `JobPatch`) and read it (`Job`), and the one place that
+//! checks a spec field by field, so that every 400 names the field at fault.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use chronoshard_schedule::Schedule;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::Dur;
+
+/// A request to create a job (`POST /v1/jobs`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    /// Tenant the job belongs to: 1–64 characters of `A-Z a-z 0-9 _ -`.
+    pub tenant: String,
+    /// Human name, 1–200 characters; not unique.
+    pub name: String,
+    pub schedule: ScheduleSpec,
+    pub target: TargetSpec,
+    /// Any JSON; sent to the executor as the request body (http) or the ticket payload.
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    #[schema(value_type = Object)]
+    pub payload: serde_json::Value,
+    #[serde(default)]
+    pub retry: RetrySpec,
+    /// Per-attempt execution timeout (default 30s).
+    #[serde(default = "default_timeout")]
+    pub timeout: Dur,
+    #[serde(default)]
+    pub overlap: Overlap,
+    #[serde(default)]
+    pub catchup: CatchupSpec,
+    /// 0 (lowest) to 9 (highest), default 5.
+    #[serde(default = "default_priority")]
+    pub priority: u8,
+    /// Number of items one occurrence is split into (1–1000, default 1).
+    #[serde(default = "default_items")]
+    pub shard_items: u32,
+}
+
+fn default_timeout() -> Dur {
+    Dur(std::time::Duration::from_secs(30))
+}
+fn default_priority() -> u8 {
+    5
+}
+fn default_items() -> u32 {
+    1
+}
+
+/// When a job fires: exactly one of `cron` (with optional `timezone`), `every` (with optional
+/// `start_at`, `end_at`), `at`, or `delay`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleSpec {
+    /// 5 fields (minute hour day-of-month month day-of-week) or 6 with leading seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    /// IANA time zone of a cron schedule, default `UTC`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every: Option<Dur>,
+    /// First fire of an `every` schedule; default: the job's creation time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<DateTime<Utc>>,
+    /// An `every` schedule fires only strictly before this instant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_at: Option<DateTime<Utc>>,
+    /// One-shot at this instant (RFC 3339); in the past means due at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<DateTime<Utc>>,
+    /// One-shot at creation time plus this duration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay: Option<Dur>,
+}
+
+/// The four kinds a `ScheduleSpec` can be, once checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScheduleKind {
+    Cron,
+    Every,
+    At,
+    Delay,
+}
+
+/// What executes an occurrence.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum TargetSpec {
+    /// An HTTP request made by a chronoshard worker.
+    Http {
+        url: String,
+        #[serde(default = "default_method")]
+        method: String,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        headers: BTreeMap<String, String>,
+    },
+    /// A command run by a worker that has shell execution enabled.
+    Shell {
+        command: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        args: Vec<String>,
+    },
+    /// Any executor consuming the named queue (see docs/protocol.md).
+    Queue { queue: String },
+}
+
+fn default_method() -> String {
+    "POST".to_string()
+}
+
+impl TargetSpec {
+    /// The dispatch queue a ticket for this target is published on.
+    pub fn queue(&self) -> &str {
+        match self {
+            TargetSpec::Http { .. } => "http",
+            TargetSpec::Shell { .. } => "shell",
+            TargetSpec::Queue { queue } => queue,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySpec {
+    /// Attempts in all, including the first (1–100, default 1: no retry).
+    #[serde(default = "default_attempts")]
+    pub max_attempts: u32,
+    #[serde(default)]
+    pub backoff: Backoff,
+    #[serde(default = "default_initial")]
+    pub initial: Dur,
+    #[serde(default = "default_max_backoff")]
+    pub max: Dur,
+}
+
+fn default_attempts() -> u32 {
+    1
+}
+fn default_initial() -> Dur {
+    Dur(std::time::Duration::from_secs(1))
+}
+fn default_max_backoff() -> Dur {
+    Dur(std::time::Duration::from_secs(300))
+}
+
+impl Default for RetrySpec {
+    fn default() -> Self {
+        RetrySpec {
+            max_attempts: default_attempts(),
+            backoff: Backoff::default(),
+            initial: default_initial(),
+            max: default_max_backoff(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Backoff {
+    Fixed,
+    Exponential,
+    #[default]
+    ExponentialJitter,
+}
+
+/// What happens when an occurrence is due while the previous one still runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Overlap {
+    #[default]
+    Allow,
+    Forbid,
+    Replace,
+    BufferOne,
+}
+
+/// What happens to occurrences that fell due while the shard could not fire them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CatchupSpec {
+    #[serde(default)]
+    pub policy: CatchupPolicy,
+    /// How far back a late occurrence may still be fired (default 1h).
+    #[serde(default = "default_window")]
+    pub window: Dur,
+}
+
+fn default_window() -> Dur {
+    Dur(std::time::Duration::from_secs(3600))
+}
+
+impl Default for CatchupSpec {
+    fn default() -> Self {
+        CatchupSpec {
+            policy: CatchupPolicy::default(),
+            window: default_window(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CatchupPolicy {
+    /// Late occurrences are recorded as skipped; the schedule resumes with the next future one.
+    Skip,
+    /// Only the most recent late occurrence within the window fires; older ones are recorded as missed.
+    #[default]
+    Latest,
+    /// Every late occurrence within the window fires, oldest first.
+    All,
+}
+
+/// Lifecycle of a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    Active,
+    Paused,
+    /// The schedule has no further occurrences (a one-shot that fired, an `every` past `end_at`).
+    Completed,
+    Deleted,
+}
+
+impl JobState {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            JobState::Active => "active",
+            JobState::Paused => "paused",
+            JobState::Completed => "completed",
+            JobState::Deleted => "deleted",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<JobState> {
+        Some(match s {
+            "active" => JobState::Active,
+            "paused" => JobState::Paused,
+            "completed" => JobState::Completed,
+            "deleted" => JobState::Deleted,
+            _ => return None,
+        })
+    }
+}
+
+/// A job as the API returns it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Job {
+    pub id: Uuid,
+    #[serde(flatten)]
+    pub spec: JobSpec,
+    pub state: JobState,
+    /// Shard that owns the job.
+    pub shard: u32,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// The next (up to 5) times the job will fire, UTC.
+    pub next_fire_times: Vec<DateTime<Utc>>,
+}
+
+/// `PATCH /v1/jobs/{id}`: the fields to change; the tenant cannot change.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobPatch {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<ScheduleSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<TargetSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub payload: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetrySpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Dur>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap: Option<Overlap>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catchup: Option<CatchupSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_items: Option<u32>,
+}
+
+impl JobPatch {
+    /// The spec after this patch.
+    pub fn apply(&self, spec: &JobSpec) -> JobSpec {
+        let mut s = spec.clone();
+        macro_rules! set {
+            ($($f:ident),*) => { $( if let Some(v) = &self.$f { s.$f = v.clone(); } )* };
+        }
+        set!(
+            name,
+            schedule,
+            target,
+            payload,
+            retry,
+            timeout,
+            overlap,
+            catchup,
+            priority,
+            shard_items
+        );
+        s
+    }
+}
+
+/// A spec field that is wrong, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct FieldError {
+    /// Dotted path of the field, e.g. `schedule.cron`.
+    pub field: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        FieldError {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Tenant ids and queue names end up in NATS subjects and KV keys: keep them to a safe alphabet
+/// (`.` would split a subject token, so it is refused too).
+pub fn check_token(field: &str, value: &str, max: usize) -> Result<(), FieldError> {
+    let ok = !value.is_empty()
+        && value.len() <= max
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(FieldError::new(
+            field,
+            format!("must be 1-{max} characters of A-Z a-z 0-9 _ -"),
+        ))
+    }
+}
+
+impl ScheduleSpec {
+    /// Which kind this spec is, or why it is none or several.
+    pub fn kind(&self) -> Result<ScheduleKind, FieldError> {
+        let kinds: Vec<ScheduleKind> = [
+            (self.cron.is_some(), ScheduleKind::Cron),
+            (self.every.is_some(), ScheduleKind::Every),
+            (self.at.is_some(), ScheduleKind::At),
+            (self.delay.is_some(), ScheduleKind::Delay),
+        ]
+        .into_iter()
+        .filter_map(|(set, k)| set.then_some(k))
+        .collect();
+        let kind = match kinds.as_slice() {
+            [k] => *k,
+            [] => {
+                return Err(FieldError::new(
+                    "schedule",
+                    "one of cron, every, at, delay is required",
+                ))
+            }
+            _ => {
+                return Err(FieldError::new(
+                    "schedule",
+                    "only one of cron, every, at, delay may be given",
+                ))
+            }
+        };
+        let stray = |name: &str, set: bool, allowed: bool| {
+            if set && !allowed {
+                Err(FieldError::new(
+                    format!("schedule.{name}"),
+                    "not allowed with this schedule kind",
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        stray(
+            "timezone",
+            self.timezone.is_some(),
+            kind == ScheduleKind::Cron,
+        )?;
+        stray(
+            "start_at",
+            self.start_at.is_some(),
+            kind == ScheduleKind::Every,
+        )?;
+        stray("end_at", self.end_at.is_some(), kind == ScheduleKind::Every)?;
+        Ok(kind)
+    }
+
+    /// Builds the evaluable schedule. `created_at` anchors `delay` and the default `start_at`.
+    pub fn compile(&self, created_at: DateTime<Utc>) -> Result<Schedule, FieldError> {
+        use chronoshard_schedule::{Cron, Error as E};
+        Ok(match self.kind()? {
+            ScheduleKind::Cron => {
+                let expr = self.cron.as_deref().unwrap_or_default();
+                let tz = self.timezone.as_deref().unwrap_or("UTC");
+                Schedule::Cron(Cron::parse(expr, tz).map_err(|e| match e {
+                    E::UnknownTimeZone(_) => FieldError::new("schedule.timezone", e.to_string()),
+                    _ => FieldError::new("schedule.cron", e.to_string()),
+                })?)
+            }
+            ScheduleKind::Every => {
+                let every = self.every.unwrap_or_default();
+                Schedule::every(every.0, self.start_at.unwrap_or(created_at), self.end_at)
+                    .map_err(|e| FieldError::new("schedule.every", e.to_string()))?
+            }
+            ScheduleKind::At => Schedule::At(self.at.unwrap_or(created_at)),
+            ScheduleKind::Delay => {
+                let delay =
+                    chrono::Duration::milliseconds(self.delay.unwrap_or_default().as_millis());
+                Schedule::At(created_at + delay)
+            }
+        })
+    }
+}
+
+impl JobSpec {
+    /// Checks every field; returns the compiled schedule so callers need not compile twice.
+    pub fn validate(&self, created_at: DateTime<Utc>) -> Result<Schedule, FieldError> {
+        check_token("tenant", &self.tenant, 64)?;
+        if self.name.trim().is_empty() || self.name.len() > 200 {
+            return Err(FieldError::new("name", "must be 1-200 characters"));
+        }
+        let schedule = self.schedule.compile(created_at)?;
+        match &self.target {
+            TargetSpec::Http { url, method, .. } => {
+                let ok = url.starts_with("http://") || url.starts_with("https://");
+                if !ok || url.len() > 2048 {
+                    return Err(FieldError::new(
+                        "target.url",
+                        "must be an http:// or https:// URL",
+                    ));
+                }
+                const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
+                if !METHODS.contains(&method.as_str()) {
+                    return Err(FieldError::new(
+                        "target.method",
+                        "must be one of GET, POST, PUT, PATCH, DELETE",
+                    ));
+                }
+            }
+            TargetSpec::Shell { command, .. } if command.trim().is_empty() => {
+                return Err(FieldError::new("target.command", "must not be empty"));
+            }
+            TargetSpec::Shell { .. } => {}
+            TargetSpec::Queue { queue } => check_token("target.queue", queue, 64)?,
+        }
+        if !(1..=100).contains(&self.retry.max_attempts) {
+            return Err(FieldError::new("retry.max_attempts", "must be 1-100"));
+        }
+        if self.retry.initial > self.retry.max {
+            return Err(FieldError::new(
+                "retry.initial",
+                "must not exceed retry.max",
+            ));
+        }
+        if self.timeout.0.is_zero() {
+            return Err(FieldError::new("timeout", "must be greater than 0"));
+        }
+        if self.priority > 9 {
+            return Err(FieldError::new("priority", "must be 0-9"));
+        }
+        if !(1..=1000).contains(&self.shard_items) {
+            return Err(FieldError::new("shard_items", "must be 1-1000"));
+        }
+        Ok(schedule)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(json: serde_json::Value) -> Result<JobSpec, serde_json::Error> {
+        serde_json::from_value(json)
+    }
+
+    #[test]
+    fn contract_example_round_trips() {
+        let j = serde_json::json!({ "tenant": "acme", "name": "nightly-report",
+          "schedule": {"cron": "0 30 2 * * *", "timezone": "Europe/Berlin"},
+          "target": {"type": "http", "url": "https://reports.acme.internal/run", "method": "POST"},
+          "payload": {"report": "daily"},
+          "retry": {"max_attempts": 5, "backoff": "exponential_jitter", "initial": "1s", "max": "5m"},
+          "timeout": "30s", "overlap": "forbid", "catchup": {"policy": "latest", "window": "1h"},
+          "priority": 5, "shard_items": 1 });
+        let s = spec(j.clone()).unwrap();
+        s.validate(Utc::now()).unwrap();
+        assert_eq!(serde_json::to_value(&s).unwrap(), j);
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let e = spec(serde_json::json!({"tenant": "a", "name": "n", "schedule": {"at": "2026-01-01T00:00:00Z"},
+            "target": {"type": "queue", "queue": "q"}, "colour": "red"}))
+        .unwrap_err();
+        assert!(e.to_string().contains("colour"), "{e}");
+        let e = spec(serde_json::json!({"tenant": "a", "name": "n", "schedule": {"at": "2026-01-01T00:00:00Z", "tz": "x"},
+            "target": {"type": "queue", "queue": "q"}}))
+        .unwrap_err();
+        assert!(e.to_string().contains("tz"), "{e}");
+    }
+
+    #[test]
+    fn schedule_kind_must_be_exactly_one() {
+        let s = ScheduleSpec {
+            cron: Some("* * * * *".into()),
+            every: Some("1s".parse().unwrap()),
+            ..Default::default()
+        };
+        assert_eq!(s.kind().unwrap_err().field, "schedule");
+        assert_eq!(
+            ScheduleSpec::default().kind().unwrap_err().field,
+            "schedule"
+        );
+        let s = ScheduleSpec {
+            at: Some(Utc::now()),
+            timezone: Some("UTC".into()),
+            ..Default::default()
+        };
+        assert_eq!(s.kind().unwrap_err().field, "schedule.timezone");
+    }
+
+    #[test]
+    fn compile_names_the_field() {
+        let s = ScheduleSpec {
+            cron: Some("61 * * * *".into()),
+            ..Default::default()
+        };
+        assert_eq!(s.compile(Utc::now()).unwrap_err().field, "schedule.cron");
+        let s = ScheduleSpec {
+            cron: Some("* * * * *".into()),
+            timezone: Some("Mars/Olympus".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            s.compile(Utc::now()).unwrap_err().field,
+            "schedule.timezone"
+        );
+    }
+
+    #[test]
+    fn delay_is_at_creation_plus_delay() {
+        let now = Utc::now();
+        let s = ScheduleSpec {
+            delay: Some("10m".parse().unwrap()),
+            ..Default::default()
+        };
+        assert_eq!(
+            s.compile(now).unwrap(),
+            Schedule::At(now + chrono::Duration::minutes(10))
+        );
+    }
+
+    #[test]
+    fn patch_changes_only_given_fields() {
+        let s = spec(
+            serde_json::json!({"tenant": "a", "name": "n", "schedule": {"every": "1s"},
+            "target": {"type": "queue", "queue": "q"}}),
+        )
+        .unwrap();
+        let p = JobPatch {
+            name: Some("m".into()),
+            priority: Some(7),
+            ..Default::default()
+        };
+        let t = p.apply(&s);
+        assert_eq!(
+            (t.name.as_str(), t.priority, &t.tenant),
+            ("m", 7, &s.tenant)
+        );
+        assert_eq!(t.schedule, s.schedule);
+    }
+}

@@ -1,0 +1,43 @@
+//! What crosses a process boundary in chronoshard: the job spec that clients send, the execution
+//! ticket a shard node dispatches, the result a worker reports, the requests the control plane
+//! routes to shard nodes, and the names of NATS subjects, streams and KV buckets.
+//!
+//! This crate holds data and naming only. It must not do I/O and must not grow logic that belongs
+//! to one component: evaluation of schedules lives in `chronoshard-schedule`, storage in the shard
+//! node. Everything here is serialised as JSON; field names are part of the public contract
+//! (DESIGN.md §4, docs/protocol.md), so they are only ever extended, never renamed.
+
+pub mod duration;
+pub mod job;
+pub mod names;
+pub mod rpc;
+pub mod ticket;
+
+pub use duration::Dur;
+pub use job::{
+    Backoff, CatchupPolicy, CatchupSpec, Job, JobPatch, JobSpec, JobState, Overlap, RetrySpec,
+    ScheduleKind, ScheduleSpec, TargetSpec,
+};
+pub use ticket::{
+    trace_id_of, AttemptView, ResultKind, RunStatus, RunView, Ticket, TicketResult, TicketView,
+    PROTOCOL_VERSION,
+};
+
+/// Milliseconds since the Unix epoch, the one time unit used on the wire inside the platform.
+pub type Millis = i64;
+
+/// Converts a UTC timestamp into milliseconds since the epoch.
+pub fn to_millis(t: chrono::DateTime<chrono::Utc>) -> Millis {
+    t.timestamp_millis()
+}
+
+/// Converts milliseconds since the epoch into a UTC timestamp (clamped to chrono's range).
+pub fn from_millis(ms: Millis) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp_millis(ms).unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC)
+}
+
+/// Formats a timestamp as the contract wants it: RFC 3339, UTC, `Z`, whole seconds unless the
+/// instant has a sub-second part.
+pub fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+}

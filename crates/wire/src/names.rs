@@ -1,0 +1,60 @@
+//! Names shared by every process: JetStream streams, subjects, KV buckets and message headers.
+//! A name here is part of docs/protocol.md; change both together.
+
+/// Stream holding execution tickets, one subject per queue.
+pub const DISPATCH_STREAM: &str = "CHRONOSHARD_DISPATCH";
+pub const DISPATCH_SUBJECTS: &str = "chronoshard.dispatch.>";
+/// Stream holding worker results, one subject per shard.
+pub const RESULT_STREAM: &str = "CHRONOSHARD_RESULTS";
+pub const RESULT_SUBJECTS: &str = "chronoshard.results.>";
+
+/// KV bucket: node id → `NodeInfo` (heartbeats expire with the bucket's max age).
+pub const NODES_BUCKET: &str = "chronoshard_nodes";
+/// KV bucket: `shard.<id>` → `ShardAssignment`, plus `config` → `ClusterConfig`.
+pub const SHARDS_BUCKET: &str = "chronoshard_shards";
+/// KV bucket: job id → tenant, so a job is found from its id alone.
+pub const JOB_INDEX_BUCKET: &str = "chronoshard_job_index";
+/// KV bucket: worker id → `WorkerInfo` heartbeat.
+pub const WORKERS_BUCKET: &str = "chronoshard_workers";
+
+/// Key of the cluster configuration in `SHARDS_BUCKET`.
+pub const CLUSTER_CONFIG_KEY: &str = "config";
+
+/// Header carrying the ticket id on dispatch messages (the body carries it too).
+pub const HDR_TICKET_ID: &str = "Chronoshard-Ticket-Id";
+/// Header carrying the attempt number on dispatch messages.
+pub const HDR_ATTEMPT: &str = "Chronoshard-Attempt";
+
+/// Headers a worker sends with an HTTP target (DESIGN.md §6).
+pub const HTTP_IDEMPOTENCY_KEY: &str = "Idempotency-Key";
+pub const HTTP_JOB_ID: &str = "X-Chronoshard-Job-Id";
+pub const HTTP_SCHEDULED_AT: &str = "X-Chronoshard-Scheduled-At";
+pub const HTTP_ATTEMPT: &str = "X-Chronoshard-Attempt";
+pub const HTTP_TRACEPARENT: &str = "traceparent";
+
+pub fn dispatch_subject(queue: &str) -> String {
+    format!("chronoshard.dispatch.{queue}")
+}
+
+pub fn result_subject(shard: u32) -> String {
+    format!("chronoshard.results.{shard}")
+}
+
+/// Request-reply subject served by the current owner of a shard.
+pub fn shard_rpc_subject(shard: u32) -> String {
+    format!("chronoshard.shard.{shard}.rpc")
+}
+
+pub fn shard_key(shard: u32) -> String {
+    format!("shard.{shard}")
+}
+
+/// Durable consumer name of the workers of one queue.
+pub fn worker_consumer(queue: &str) -> String {
+    format!("worker-{queue}")
+}
+
+/// Durable consumer name of the results of one shard.
+pub fn result_consumer(shard: u32) -> String {
+    format!("shard-{shard}-results")
+}

@@ -1,0 +1,145 @@
+//! Requests the control plane routes to the owner of a shard over NATS request-reply, the replies,
+//! and the cluster state kept in KV (shard map, node and worker heartbeats).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::{Job, JobPatch, JobSpec, RunView, TicketView};
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum ShardRequest {
+    CreateJob {
+        job_id: Uuid,
+        spec: JobSpec,
+        /// `Idempotency-Key` header of the client, if any.
+        idempotency_key: Option<String>,
+    },
+    GetJob {
+        job_id: Uuid,
+    },
+    ListJobs {
+        tenant: Option<String>,
+        after: Option<Uuid>,
+        limit: u32,
+    },
+    PatchJob {
+        job_id: Uuid,
+        patch: JobPatch,
+    },
+    DeleteJob {
+        job_id: Uuid,
+    },
+    PauseJob {
+        job_id: Uuid,
+    },
+    ResumeJob {
+        job_id: Uuid,
+    },
+    TriggerJob {
+        job_id: Uuid,
+    },
+    ListRuns {
+        job_id: Uuid,
+        before: Option<DateTime<Utc>>,
+        limit: u32,
+    },
+    GetTicket {
+        ticket_id: Uuid,
+    },
+    Ping,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum ShardReply {
+    Job {
+        job: Job,
+        created: bool,
+    },
+    Jobs {
+        jobs: Vec<Job>,
+    },
+    Runs {
+        runs: Vec<RunView>,
+    },
+    Ticket {
+        ticket: TicketView,
+    },
+    Triggered {
+        run: RunView,
+    },
+    Pong {
+        shard: u32,
+        epoch: u64,
+        wheel_len: u64,
+    },
+    Error(RpcError),
+}
+
+/// Error codes a shard node answers with; the control plane maps each to one HTTP status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RpcErrorCode {
+    NotFound,
+    Validation,
+    Conflict,
+    IdempotencyKeyReused,
+    Fenced,
+    NotOwner,
+    Internal,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message}")]
+pub struct RpcError {
+    pub code: RpcErrorCode,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+impl RpcError {
+    pub fn new(code: RpcErrorCode, message: impl Into<String>) -> Self {
+        RpcError {
+            code,
+            message: message.into(),
+            field: None,
+        }
+    }
+}
+
+/// Who owns a shard, under which epoch (the fencing token).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ShardAssignment {
+    pub shard: u32,
+    pub owner: String,
+    pub epoch: u64,
+}
+
+/// Cluster-wide settings, written once by the control plane that creates the cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ClusterConfig {
+    pub shard_count: u32,
+}
+
+/// A shard node's heartbeat.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct NodeInfo {
+    pub node_id: String,
+    pub started_at: DateTime<Utc>,
+    pub heartbeat_at: DateTime<Utc>,
+    /// Shards this node has open and serving.
+    pub shards: Vec<u32>,
+}
+
+/// A worker's heartbeat.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct WorkerInfo {
+    pub worker_id: String,
+    pub queues: Vec<String>,
+    pub heartbeat_at: DateTime<Utc>,
+    pub in_flight: u32,
+}

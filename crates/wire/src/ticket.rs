@@ -1,0 +1,208 @@
+//! The execution ticket a shard node dispatches, the result a worker sends back, and the views of
+//! runs and tickets the API returns. docs/protocol.md documents these shapes for other languages.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::TargetSpec;
+
+/// Version of the dispatch and result message schemas (`v` field).
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// One attempt to execute one occurrence (or one item of a sharded occurrence), as published on
+/// `chronoshard.dispatch.<queue>`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Ticket {
+    pub v: u32,
+    /// UUIDv7; the same for every attempt of this occurrence item. Executors use it as their
+    /// idempotency key.
+    pub ticket_id: Uuid,
+    pub job_id: Uuid,
+    pub tenant: String,
+    pub shard: u32,
+    /// Ownership epoch of the shard node that wrote the ticket.
+    pub epoch: u64,
+    pub scheduled_at: DateTime<Utc>,
+    /// 1 for the first attempt.
+    pub attempt: u32,
+    /// Item index (0-based) and item count of a sharded occurrence; 0 and 1 otherwise.
+    pub item: u32,
+    pub items: u32,
+    pub queue: String,
+    pub target: TargetSpec,
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    #[schema(value_type = Object)]
+    pub payload: serde_json::Value,
+    pub timeout_ms: u64,
+    /// W3C trace id (32 hex digits): the ticket id's bytes, so a trace is found from a ticket id.
+    pub trace_id: String,
+}
+
+impl Ticket {
+    /// The W3C `traceparent` for the executor call; the parent span is derived from the attempt so
+    /// each attempt is its own span in the ticket's trace.
+    pub fn traceparent(&self) -> String {
+        format!(
+            "00-{}-{:016x}-01",
+            self.trace_id,
+            u64::from(self.attempt) | (1 << 63)
+        )
+    }
+}
+
+/// The trace id that belongs to a ticket id.
+pub fn trace_id_of(ticket_id: Uuid) -> String {
+    ticket_id.simple().to_string()
+}
+
+/// What a worker reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ResultKind {
+    /// The executor started the attempt.
+    Started,
+    /// The attempt ended; `outcome` says how.
+    Succeeded,
+    Failed,
+}
+
+/// A worker's report about one attempt, published on `chronoshard.results.<shard>`. The pair
+/// (ticket_id, attempt, kind) is its de-duplication key: re-sent results are applied once.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TicketResult {
+    pub v: u32,
+    pub ticket_id: Uuid,
+    pub attempt: u32,
+    pub shard: u32,
+    pub kind: ResultKind,
+    pub worker: String,
+    pub at: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_status: Option<u16>,
+}
+
+impl TicketResult {
+    /// The `Nats-Msg-Id` that lets JetStream drop a re-sent result within its duplicate window.
+    pub fn dedup_id(&self) -> String {
+        format!("{}:{}:{:?}", self.ticket_id, self.attempt, self.kind)
+    }
+}
+
+/// Status of an occurrence (a run) and of a ticket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Scheduled,
+    Dispatched,
+    Running,
+    Succeeded,
+    Failed,
+    Retrying,
+    Dead,
+    Skipped,
+    Missed,
+}
+
+impl RunStatus {
+    pub const ALL: [RunStatus; 9] = [
+        RunStatus::Scheduled,
+        RunStatus::Dispatched,
+        RunStatus::Running,
+        RunStatus::Succeeded,
+        RunStatus::Failed,
+        RunStatus::Retrying,
+        RunStatus::Dead,
+        RunStatus::Skipped,
+        RunStatus::Missed,
+    ];
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RunStatus::Scheduled => "scheduled",
+            RunStatus::Dispatched => "dispatched",
+            RunStatus::Running => "running",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Retrying => "retrying",
+            RunStatus::Dead => "dead",
+            RunStatus::Skipped => "skipped",
+            RunStatus::Missed => "missed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RunStatus> {
+        RunStatus::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    /// No further result can change a run in this status.
+    pub fn is_final(&self) -> bool {
+        matches!(
+            self,
+            RunStatus::Succeeded
+                | RunStatus::Failed
+                | RunStatus::Dead
+                | RunStatus::Skipped
+                | RunStatus::Missed
+        )
+    }
+}
+
+/// One occurrence of a job, as `GET /v1/jobs/{id}/runs` lists it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RunView {
+    pub job_id: Uuid,
+    pub scheduled_at: DateTime<Utc>,
+    pub status: RunStatus,
+    /// Why a run was skipped, missed or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub attempts: u32,
+    pub ticket_ids: Vec<Uuid>,
+    /// A range of consecutive missed or skipped occurrences recorded as one row: the last one's
+    /// time and how many there were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range_end: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// One attempt of a ticket.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AttemptView {
+    pub attempt: u32,
+    pub status: RunStatus,
+    pub created_at: DateTime<Utc>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub published_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_status: Option<u16>,
+}
+
+/// `GET /v1/tickets/{ticket_id}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TicketView {
+    pub ticket_id: Uuid,
+    pub job_id: Uuid,
+    pub tenant: String,
+    pub shard: u32,
+    pub epoch: u64,
+    pub scheduled_at: DateTime<Utc>,
+    pub item: u32,
+    pub queue: String,
+    pub status: RunStatus,
+    pub trace_id: String,
+    pub attempts: Vec<AttemptView>,
+}

@@ -1,0 +1,224 @@
+//! The shard node: registers itself, follows the shard map, and runs exactly the shards the map
+//! gives it, each under the epoch written there. It decides nothing about ownership itself.
+
+use std::{collections::HashMap, path::PathBuf, sync::Arc, time::Duration};
+
+use chronoshard_cluster::{Cluster, HEARTBEAT_EVERY};
+use chronoshard_wire::rpc::{NodeInfo, ShardAssignment};
+use futures::StreamExt;
+use tokio::{sync::watch, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn, Instrument};
+
+use crate::{
+    clock::{SharedClock, SystemClock},
+    shard::{self, ShardConfig, ShardContext},
+};
+
+/// How to run a shard node.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Stable id: shard assignments follow it across restarts.
+    pub node_id: String,
+    /// Shard databases live at `<data_dir>/shard-<id>.db`.
+    pub data_dir: PathBuf,
+    pub shard: ShardConfig,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cluster state: {0}")]
+    Cluster(#[from] chronoshard_cluster::Error),
+}
+
+/// A view of a running node, for tests and the dev supervisor. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Handle {
+    open: watch::Receiver<Vec<u32>>,
+}
+
+impl Handle {
+    /// Shards currently open on this node.
+    pub fn open_shards(&self) -> Vec<u32> {
+        self.open.borrow().clone()
+    }
+}
+
+struct Running {
+    epoch: u64,
+    cancel: CancellationToken,
+    task: JoinHandle<Result<(), shard::ShardError>>,
+}
+
+pub struct ShardNode;
+
+impl ShardNode {
+    /// Starts the node; it runs until `shutdown` fires, then closes its shards and deregisters.
+    pub async fn start(
+        opts: Options,
+        client: async_nats::Client,
+        shutdown: CancellationToken,
+    ) -> Result<(Handle, JoinHandle<()>), Error> {
+        Self::start_with_clock(opts, client, Arc::new(SystemClock), shutdown).await
+    }
+
+    pub async fn start_with_clock(
+        opts: Options,
+        client: async_nats::Client,
+        clock: SharedClock,
+        shutdown: CancellationToken,
+    ) -> Result<(Handle, JoinHandle<()>), Error> {
+        let cluster = Cluster::connect(client).await?;
+        let (open_tx, open_rx) = watch::channel(Vec::new());
+        let span = tracing::info_span!("shard_node", node_id = %opts.node_id);
+        let node = Node {
+            opts,
+            cluster,
+            clock,
+            running: HashMap::new(),
+            desired: HashMap::new(),
+            open_tx,
+        };
+        let task = tokio::spawn(node.run(shutdown).instrument(span));
+        Ok((Handle { open: open_rx }, task))
+    }
+}
+
+struct Node {
+    opts: Options,
+    cluster: Cluster,
+    clock: SharedClock,
+    running: HashMap<u32, Running>,
+    /// Shards the map assigns to this node, with their epochs.
+    desired: HashMap<u32, u64>,
+    open_tx: watch::Sender<Vec<u32>>,
+}
+
+impl Node {
+    async fn run(mut self, shutdown: CancellationToken) {
+        let started_at = chrono::Utc::now();
+        let mut heartbeat = tokio::time::interval(HEARTBEAT_EVERY);
+        let mut watch = None;
+        loop {
+            if watch.is_none() {
+                match self.cluster.watch_shard_map().await {
+                    Ok(w) => watch = Some(w),
+                    Err(e) => warn!(error = %e, "cannot watch the shard map; retrying"),
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = heartbeat.tick() => {
+                    self.reconcile();
+                    let info = NodeInfo {
+                        node_id: self.opts.node_id.clone(),
+                        started_at,
+                        heartbeat_at: chrono::Utc::now(),
+                        shards: self.open_shards(),
+                    };
+                    if let Err(e) = self.cluster.heartbeat_node(&info).await {
+                        warn!(error = %e, "heartbeat failed");
+                    }
+                }
+                entry = next_entry(&mut watch) => match entry {
+                    Some(entry) => {
+                        if let Ok(a) = serde_json::from_slice::<ShardAssignment>(&entry.value) {
+                            if a.owner == self.opts.node_id {
+                                self.desired.insert(a.shard, a.epoch);
+                            } else {
+                                self.desired.remove(&a.shard);
+                            }
+                            self.reconcile();
+                        }
+                    }
+                    None => watch = None,
+                },
+            }
+        }
+        let _ = self.cluster.forget_node(&self.opts.node_id).await;
+        self.desired.clear();
+        self.reconcile();
+        for (_, r) in self.running.drain() {
+            let _ = r.task.await;
+        }
+        let _ = self.open_tx.send(Vec::new());
+        info!("shard node stopped");
+    }
+
+    fn open_shards(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self
+            .running
+            .iter()
+            .filter(|(_, r)| !r.task.is_finished())
+            .map(|(s, _)| *s)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Starts the shards assigned here and stops the others; restarts a shard whose task ended
+    /// while it is still assigned here (after a fault, the next heartbeat tick retries).
+    fn reconcile(&mut self) {
+        let stale: Vec<u32> = self
+            .running
+            .iter()
+            .filter(|(s, r)| self.desired.get(s) != Some(&r.epoch) || r.task.is_finished())
+            .map(|(s, _)| *s)
+            .collect();
+        for s in stale {
+            let r = self.running.remove(&s).expect("listed");
+            r.cancel.cancel();
+            // A new owner may open the database only once the old loop is gone; the epoch in the
+            // database fences any write that still slips through.
+            let task = r.task;
+            tokio::spawn(async move {
+                if let Ok(Err(e)) = task.await {
+                    warn!(shard = s, error = %e, "shard ended with an error");
+                }
+            });
+        }
+        for (&shard, &epoch) in &self.desired {
+            if self.running.contains_key(&shard) {
+                continue;
+            }
+            let cancel = CancellationToken::new();
+            let ctx = ShardContext {
+                shard,
+                epoch,
+                node_id: self.opts.node_id.clone(),
+                db_path: self.opts.data_dir.join(format!("shard-{shard}.db")),
+                config: self.opts.shard.clone(),
+                cluster: self.cluster.clone(),
+                clock: self.clock.clone(),
+            };
+            let task = tokio::spawn(shard::run(ctx, cancel.clone()));
+            self.running.insert(
+                shard,
+                Running {
+                    epoch,
+                    cancel,
+                    task,
+                },
+            );
+        }
+        let _ = self.open_tx.send(self.open_shards());
+    }
+}
+
+async fn next_entry(
+    watch: &mut Option<async_nats::jetstream::kv::Watch>,
+) -> Option<async_nats::jetstream::kv::Entry> {
+    match watch {
+        Some(w) => loop {
+            match w.next().await {
+                Some(Ok(e)) => return Some(e),
+                Some(Err(e)) => warn!(error = %e, "shard map watch error"),
+                None => return None,
+            }
+        },
+        None => {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            None
+        }
+    }
+}

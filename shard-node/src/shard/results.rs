@@ -1,0 +1,123 @@
+//! Consuming the shard's worker results from JetStream and applying them to the store in batches.
+//! A message is acknowledged only after its batch is committed, so a crash re-delivers it; the
+//! store ignores a result it already has, so re-delivery changes nothing.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{consumer::pull, AckKind};
+use chronoshard_telemetry::metrics;
+use chronoshard_wire::{names, ResultKind, TicketResult};
+use futures::StreamExt;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{warn, Instrument};
+
+use super::{
+    store::{Store, StoreError},
+    ShardContext, ShardError,
+};
+
+const BATCH: usize = 256;
+
+pub(crate) async fn start(
+    store: Store,
+    ctx: ShardContext,
+    stop: CancellationToken,
+) -> Result<JoinHandle<()>, ShardError> {
+    let shard = ctx.shard;
+    let err = |what: &'static str| {
+        move |e: Box<dyn std::error::Error + Send + Sync>| ShardError::Nats {
+            shard,
+            what,
+            reason: e.to_string(),
+        }
+    };
+    let stream = ctx
+        .cluster
+        .js
+        .get_stream(names::RESULT_STREAM)
+        .await
+        .map_err(|e| err("result stream")(e.into()))?;
+    let consumer = stream
+        .get_or_create_consumer(
+            &names::result_consumer(shard),
+            pull::Config {
+                durable_name: Some(names::result_consumer(shard)),
+                filter_subject: names::result_subject(shard),
+                ack_policy: async_nats::jetstream::consumer::AckPolicy::Explicit,
+                ack_wait: Duration::from_secs(30),
+                max_ack_pending: 10_000,
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| err("result consumer")(e.into()))?;
+    let messages = consumer
+        .messages()
+        .await
+        .map_err(|e| err("result messages")(e.into()))?;
+    let span = tracing::info_span!("results", shard_id = shard);
+    Ok(tokio::spawn(
+        async move {
+            let label = shard.to_string();
+            let mut batches = messages.ready_chunks(BATCH);
+            loop {
+                let batch = tokio::select! {
+                    _ = stop.cancelled() => break,
+                    b = batches.next() => match b { Some(b) => b, None => break },
+                };
+                let mut msgs = Vec::with_capacity(batch.len());
+                let mut results = Vec::with_capacity(batch.len());
+                for m in batch {
+                    let m = match m {
+                        Ok(m) => m,
+                        Err(e) => {
+                            warn!(error = %e, "result stream error");
+                            continue;
+                        }
+                    };
+                    match serde_json::from_slice::<TicketResult>(&m.payload) {
+                        Ok(r) => {
+                            results.push(r);
+                            msgs.push(m);
+                        }
+                        Err(e) => {
+                            // Nothing can ever apply it: terminate it so it is not redelivered.
+                            warn!(error = %e, "malformed result message dropped");
+                            let _ = m.ack_with(AckKind::Term).await;
+                        }
+                    }
+                }
+                match store.apply_results(&results, ctx.clock.now_ms()).await {
+                    Ok(_) => {
+                        for r in &results {
+                            let kind = match r.kind {
+                                ResultKind::Started => "started",
+                                ResultKind::Succeeded => "succeeded",
+                                ResultKind::Failed => "failed",
+                            };
+                            metrics::RESULTS_APPLIED_TOTAL
+                                .with_label_values(&[&label, kind])
+                                .inc();
+                        }
+                        for m in msgs {
+                            let _ = m.ack().await;
+                        }
+                    }
+                    Err(e) => {
+                        for m in msgs {
+                            let _ = m.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await;
+                        }
+                        if matches!(e, StoreError::Fenced { .. }) {
+                            warn!(error = %e, "results: shard fenced");
+                            stop.cancel();
+                            break;
+                        }
+                        warn!(error = %e, "applying results failed; they will be redelivered");
+                    }
+                }
+            }
+        }
+        .instrument(span),
+    ))
+}

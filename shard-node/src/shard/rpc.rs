@@ -1,0 +1,393 @@
+//! Answering the control plane on the shard's request subject. Reads are served straight from the
+//! store; writes go through the shard's event loop (`Command`) because they change the wheel.
+
+use std::sync::{
+    atomic::{AtomicU64, Ordering},
+    Arc,
+};
+
+use chronoshard_telemetry::metrics;
+use chronoshard_wire::{
+    from_millis,
+    rpc::{RpcError, RpcErrorCode, ShardReply, ShardRequest},
+    Job, JobState, RunStatus, RunView,
+};
+use futures::StreamExt;
+use tokio::{
+    sync::{mpsc, oneshot},
+    task::JoinHandle,
+};
+use tokio_util::sync::CancellationToken;
+use tracing::{warn, Instrument};
+use uuid::Uuid;
+
+use super::{
+    compile, first_occurrence,
+    store::{CreateOutcome, JobRow, Store, StoreError},
+    upcoming, Command, Shard, ShardContext, ShardError,
+};
+
+/// How many upcoming fire times a job view lists.
+const UPCOMING: usize = 5;
+
+pub(crate) async fn start(
+    store: Store,
+    ctx: ShardContext,
+    commands: mpsc::Sender<Command>,
+    wheel_len: Arc<AtomicU64>,
+    stop: CancellationToken,
+) -> Result<JoinHandle<()>, ShardError> {
+    let client = ctx.cluster.client.clone();
+    let mut sub = client
+        .subscribe(super::rpc_subject(ctx.shard))
+        .await
+        .map_err(|e| ShardError::Nats {
+            shard: ctx.shard,
+            what: "subscribe to shard requests",
+            reason: e.to_string(),
+        })?;
+    let span = tracing::info_span!("rpc", shard_id = ctx.shard);
+    Ok(tokio::spawn(
+        async move {
+            loop {
+                let msg = tokio::select! {
+                    _ = stop.cancelled() => break,
+                    m = sub.next() => match m { Some(m) => m, None => break },
+                };
+                let Some(reply_to) = msg.reply.clone() else {
+                    continue;
+                };
+                let (store, ctx, commands, wheel_len, client) = (
+                    store.clone(),
+                    ctx.clone(),
+                    commands.clone(),
+                    wheel_len.clone(),
+                    client.clone(),
+                );
+                tokio::spawn(async move {
+                    let reply = match serde_json::from_slice::<ShardRequest>(&msg.payload) {
+                        Ok(req) => serve(req, &store, &ctx, &commands, &wheel_len).await,
+                        Err(e) => ShardReply::Error(RpcError::new(
+                            RpcErrorCode::Validation,
+                            format!("bad request: {e}"),
+                        )),
+                    };
+                    let body = serde_json::to_vec(&reply).expect("reply serialises");
+                    if let Err(e) = client.publish(reply_to, body.into()).await {
+                        warn!(error = %e, "could not send shard reply");
+                    }
+                });
+            }
+            let _ = sub.unsubscribe().await;
+        }
+        .instrument(span),
+    ))
+}
+
+async fn serve(
+    req: ShardRequest,
+    store: &Store,
+    ctx: &ShardContext,
+    commands: &mpsc::Sender<Command>,
+    wheel_len: &AtomicU64,
+) -> ShardReply {
+    let read = async {
+        Ok::<_, ShardError>(match req {
+            ShardRequest::GetJob { job_id } => match store.get_job(job_id).await? {
+                Some(row) => ShardReply::Job {
+                    job: view(&row, ctx.shard),
+                    created: false,
+                },
+                None => not_found("job"),
+            },
+            ShardRequest::ListJobs {
+                ref tenant,
+                after,
+                limit,
+            } => ShardReply::Jobs {
+                jobs: store
+                    .list_jobs(tenant.as_deref(), after, limit)
+                    .await?
+                    .iter()
+                    .map(|r| view(r, ctx.shard))
+                    .collect(),
+            },
+            ShardRequest::ListRuns {
+                job_id,
+                before,
+                limit,
+            } => {
+                let Some(job) = store.get_job(job_id).await? else {
+                    return Ok(not_found("job"));
+                };
+                let mut runs = Vec::new();
+                // The next occurrence is shown as `scheduled` on the first page.
+                if let (None, Some(next), JobState::Active) = (before, job.next_fire_at, job.state)
+                {
+                    runs.push(RunView {
+                        job_id,
+                        scheduled_at: from_millis(next),
+                        status: RunStatus::Scheduled,
+                        reason: None,
+                        attempts: 0,
+                        ticket_ids: Vec::new(),
+                        range_end: None,
+                        count: None,
+                        updated_at: from_millis(job.updated_at),
+                    });
+                }
+                runs.extend(
+                    store
+                        .runs(job_id, before.map(|b| b.timestamp_millis()), limit)
+                        .await?,
+                );
+                ShardReply::Runs { runs }
+            }
+            ShardRequest::GetTicket { ticket_id } => match store.ticket(ticket_id).await? {
+                Some(ticket) => ShardReply::Ticket { ticket },
+                None => not_found("ticket"),
+            },
+            ShardRequest::Ping => ShardReply::Pong {
+                shard: ctx.shard,
+                epoch: ctx.epoch,
+                wheel_len: wheel_len.load(Ordering::Relaxed),
+            },
+            write => {
+                let (tx, rx) = oneshot::channel();
+                if commands.send(Command::Request(write, tx)).await.is_err() {
+                    return Ok(unavailable());
+                }
+                rx.await.unwrap_or_else(|_| unavailable())
+            }
+        })
+    };
+    read.await.unwrap_or_else(|e| error_reply(&e))
+}
+
+fn not_found(what: &str) -> ShardReply {
+    ShardReply::Error(RpcError::new(
+        RpcErrorCode::NotFound,
+        format!("{what} not found"),
+    ))
+}
+
+fn unavailable() -> ShardReply {
+    ShardReply::Error(RpcError::new(RpcErrorCode::NotOwner, "shard is closing"))
+}
+
+fn conflict(message: &str) -> ShardReply {
+    ShardReply::Error(RpcError::new(RpcErrorCode::Conflict, message))
+}
+
+pub(crate) fn error_reply(e: &ShardError) -> ShardReply {
+    let code = match e {
+        ShardError::Store(StoreError::Fenced { .. }) => RpcErrorCode::Fenced,
+        _ => RpcErrorCode::Internal,
+    };
+    ShardReply::Error(RpcError::new(code, e.to_string()))
+}
+
+/// A job as the API shows it.
+pub(crate) fn view(row: &JobRow, shard: u32) -> Job {
+    let next = match row.state {
+        JobState::Active => compile(row)
+            .map(|s| upcoming(&s, row.next_fire_at, UPCOMING))
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    Job {
+        id: row.id,
+        spec: row.spec.clone(),
+        state: row.state,
+        shard,
+        created_at: from_millis(row.created_at),
+        updated_at: from_millis(row.updated_at),
+        next_fire_times: next,
+    }
+}
+
+impl Shard {
+    /// Applies a write request inside the event loop.
+    pub(super) async fn handle(&mut self, req: ShardRequest) -> Result<ShardReply, ShardError> {
+        let now = self.ctx.clock.now_ms();
+        let shard = self.ctx.shard;
+        let job_id = match &req {
+            ShardRequest::PatchJob { job_id, .. }
+            | ShardRequest::DeleteJob { job_id }
+            | ShardRequest::PauseJob { job_id }
+            | ShardRequest::ResumeJob { job_id }
+            | ShardRequest::TriggerJob { job_id } => *job_id,
+            ShardRequest::CreateJob {
+                job_id,
+                spec,
+                idempotency_key,
+            } => {
+                return self
+                    .create(*job_id, spec.clone(), idempotency_key.as_deref(), now)
+                    .await;
+            }
+            _ => {
+                return Ok(ShardReply::Error(RpcError::new(
+                    RpcErrorCode::Internal,
+                    "not a write request",
+                )))
+            }
+        };
+        let Some(mut job) = self.store.get_job(job_id).await? else {
+            return Ok(not_found("job"));
+        };
+        if job.state == JobState::Deleted {
+            return Ok(conflict("job is deleted"));
+        }
+        match req {
+            ShardRequest::PatchJob { patch, .. } => {
+                let spec = patch.apply(&job.spec);
+                let schedule_changed = spec.schedule != job.spec.schedule;
+                if schedule_changed {
+                    job.anchor_at = now;
+                }
+                job.spec = spec;
+                let schedule = match job.spec.validate(from_millis(job.anchor_at)) {
+                    Ok(s) => s,
+                    Err(fe) => return Ok(invalid(fe)),
+                };
+                // Occurrences already ticketed run as they are; only future ones are recomputed.
+                if schedule_changed && job.state != JobState::Paused {
+                    job.next_fire_at = first_occurrence(&schedule, now);
+                    job.state = if job.next_fire_at.is_some() {
+                        JobState::Active
+                    } else {
+                        JobState::Completed
+                    };
+                }
+            }
+            ShardRequest::DeleteJob { .. } => {
+                job.state = JobState::Deleted;
+                job.next_fire_at = None;
+            }
+            ShardRequest::PauseJob { .. } => match job.state {
+                JobState::Active => {
+                    job.state = JobState::Paused;
+                    job.next_fire_at = None;
+                }
+                JobState::Paused => {}
+                _ => return Ok(conflict("only an active job can be paused")),
+            },
+            ShardRequest::ResumeJob { .. } => match job.state {
+                JobState::Paused => {
+                    // No catch-up for the paused time: start from the first occurrence after now.
+                    let schedule = compile(&job).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                    job.next_fire_at = first_occurrence(&schedule, now);
+                    job.state = if job.next_fire_at.is_some() {
+                        JobState::Active
+                    } else {
+                        JobState::Completed
+                    };
+                }
+                JobState::Active => {}
+                _ => return Ok(conflict("only a paused job can be resumed")),
+            },
+            ShardRequest::TriggerJob { .. } => return self.trigger(&job, now).await,
+            _ => unreachable!("matched above"),
+        }
+        job.updated_at = now;
+        if !self.store.update_job(&job).await? {
+            return Ok(not_found("job"));
+        }
+        match job.next_fire_at {
+            Some(at) if job.state == JobState::Active => self.track(job.id, at),
+            _ => self.untrack(job.id),
+        }
+        Ok(ShardReply::Job {
+            job: view(&job, shard),
+            created: false,
+        })
+    }
+
+    async fn create(
+        &mut self,
+        job_id: Uuid,
+        spec: chronoshard_wire::JobSpec,
+        key: Option<&str>,
+        now: i64,
+    ) -> Result<ShardReply, ShardError> {
+        let schedule = match spec.validate(from_millis(now)) {
+            Ok(s) => s,
+            Err(fe) => return Ok(invalid(fe)),
+        };
+        let first = first_occurrence(&schedule, now);
+        let row = JobRow {
+            id: job_id,
+            tenant: spec.tenant.clone(),
+            spec,
+            state: if first.is_some() {
+                JobState::Active
+            } else {
+                JobState::Completed
+            },
+            created_at: now,
+            updated_at: now,
+            anchor_at: now,
+            next_fire_at: first,
+        };
+        Ok(match self.store.create_job(&row, key).await? {
+            CreateOutcome::Created => {
+                metrics::JOBS_CREATED_TOTAL
+                    .with_label_values(&[&self.ctx.shard.to_string()])
+                    .inc();
+                if let Some(at) = first {
+                    self.track(job_id, at);
+                }
+                ShardReply::Job {
+                    job: view(&row, self.ctx.shard),
+                    created: true,
+                }
+            }
+            CreateOutcome::Existing(existing) => ShardReply::Job {
+                job: view(&existing, self.ctx.shard),
+                created: false,
+            },
+            CreateOutcome::KeyReused => ShardReply::Error(RpcError::new(
+                RpcErrorCode::IdempotencyKeyReused,
+                "this Idempotency-Key was used for a different job",
+            )),
+        })
+    }
+
+    async fn trigger(&mut self, job: &JobRow, now: i64) -> Result<ShardReply, ShardError> {
+        let tickets = self.tickets_for(job, now);
+        let out = self
+            .store
+            .fire(job.id, None, None, &[], tickets, now)
+            .await?;
+        if out.tickets.is_empty() {
+            return Ok(conflict(
+                "an occurrence of this job at this instant exists already",
+            ));
+        }
+        metrics::FIRES_TOTAL
+            .with_label_values(&[&self.ctx.shard.to_string()])
+            .inc();
+        let run = RunView {
+            job_id: job.id,
+            scheduled_at: from_millis(now),
+            status: RunStatus::Dispatched,
+            reason: None,
+            attempts: 1,
+            ticket_ids: out.tickets.iter().map(|t| t.ticket_id).collect(),
+            range_end: None,
+            count: None,
+            updated_at: from_millis(now),
+        };
+        self.dispatcher.publish(out.tickets).await;
+        Ok(ShardReply::Triggered { run })
+    }
+}
+
+fn invalid(fe: chronoshard_wire::job::FieldError) -> ShardReply {
+    ShardReply::Error(RpcError {
+        code: RpcErrorCode::Validation,
+        message: fe.message,
+        field: Some(fe.field),
+    })
+}

@@ -1,0 +1,166 @@
+//! Job rows: create (with idempotency keys), read, list, update, and the due-job scan the loader uses.
+
+use chronoshard_wire::{JobSpec, JobState};
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::{parse_uuid, Result, Store, StoreError};
+
+/// A job as stored: its spec, lifecycle state and next unfired occurrence.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobRow {
+    pub id: Uuid,
+    pub tenant: String,
+    pub spec: JobSpec,
+    pub state: JobState,
+    pub created_at: i64,
+    pub updated_at: i64,
+    /// When the current schedule was set; `delay` and the default `start_at` count from it.
+    pub anchor_at: i64,
+    pub next_fire_at: Option<i64>,
+}
+
+#[derive(Debug, PartialEq)]
+pub enum CreateOutcome {
+    Created,
+    /// The tenant already created a job with this idempotency key and the same spec.
+    Existing(JobRow),
+    /// The key was used before with a different spec.
+    KeyReused,
+}
+
+const JOB_COLUMNS: &str =
+    "id, tenant, spec, state, created_at, updated_at, anchor_at, next_fire_at";
+
+fn job_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<JobRow> {
+    let spec: String = row.try_get("spec")?;
+    let state: String = row.try_get("state")?;
+    Ok(JobRow {
+        id: parse_uuid(&row.try_get::<String, _>("id")?)?,
+        tenant: row.try_get("tenant")?,
+        spec: serde_json::from_str(&spec)
+            .map_err(|e| StoreError::Corrupt(format!("job spec: {e}")))?,
+        state: JobState::parse(&state)
+            .ok_or_else(|| StoreError::Corrupt(format!("job state {state:?}")))?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+        anchor_at: row.try_get("anchor_at")?,
+        next_fire_at: row.try_get("next_fire_at")?,
+    })
+}
+
+impl Store {
+    /// Inserts a job. With an idempotency key the tenant already used, returns the earlier job
+    /// (same spec) or `KeyReused` (different spec) and writes nothing.
+    pub async fn create_job(
+        &self,
+        job: &JobRow,
+        idempotency_key: Option<&str>,
+    ) -> Result<CreateOutcome> {
+        let mut tx = self.write().await?;
+        if let Some(key) = idempotency_key {
+            let sql =
+                format!("SELECT {JOB_COLUMNS} FROM jobs WHERE tenant = ? AND idempotency_key = ?");
+            if let Some(row) = sqlx::query(&sql)
+                .bind(&job.tenant)
+                .bind(key)
+                .fetch_optional(&mut *tx)
+                .await?
+            {
+                let existing = job_from_row(&row)?;
+                return Ok(if existing.spec == job.spec {
+                    CreateOutcome::Existing(existing)
+                } else {
+                    CreateOutcome::KeyReused
+                });
+            }
+        }
+        sqlx::query(
+            "INSERT INTO jobs (id, tenant, spec, state, created_at, updated_at, anchor_at, next_fire_at, idempotency_key) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(job.id.to_string())
+        .bind(&job.tenant)
+        .bind(serde_json::to_string(&job.spec).map_err(|e| StoreError::Corrupt(e.to_string()))?)
+        .bind(job.state.as_str())
+        .bind(job.created_at)
+        .bind(job.updated_at)
+        .bind(job.anchor_at)
+        .bind(job.next_fire_at)
+        .bind(idempotency_key)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(CreateOutcome::Created)
+    }
+
+    pub async fn get_job(&self, id: Uuid) -> Result<Option<JobRow>> {
+        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?");
+        let row = sqlx::query(&sql)
+            .bind(id.to_string())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    /// Jobs ordered by id (UUIDv7, so by creation time), after the cursor, optionally one tenant's;
+    /// deleted jobs are left out.
+    pub async fn list_jobs(
+        &self,
+        tenant: Option<&str>,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<JobRow>> {
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE state != 'deleted' AND (? IS NULL OR tenant = ?) \
+             AND id > ? ORDER BY id LIMIT ?"
+        );
+        let after = after.map(|u| u.to_string()).unwrap_or_default();
+        let rows = sqlx::query(&sql)
+            .bind(tenant)
+            .bind(tenant)
+            .bind(after)
+            .bind(limit as i64)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
+    /// Replaces a job's spec, state and next occurrence. Returns false when the job is gone.
+    pub async fn update_job(&self, job: &JobRow) -> Result<bool> {
+        let mut tx = self.write().await?;
+        let n = sqlx::query("UPDATE jobs SET spec = ?, state = ?, next_fire_at = ?, updated_at = ?, anchor_at = ? WHERE id = ?")
+            .bind(serde_json::to_string(&job.spec).map_err(|e| StoreError::Corrupt(e.to_string()))?)
+            .bind(job.state.as_str())
+            .bind(job.next_fire_at)
+            .bind(job.updated_at)
+            .bind(job.anchor_at)
+            .bind(job.id.to_string())
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(n == 1)
+    }
+
+    /// Active jobs whose next occurrence falls in `(after, until]` (`after` None: no lower bound),
+    /// for the loader that fills the wheel.
+    pub async fn due_jobs(&self, after: Option<i64>, until: i64) -> Result<Vec<(Uuid, i64)>> {
+        let rows = sqlx::query(
+            "SELECT id, next_fire_at FROM jobs WHERE next_fire_at IS NOT NULL AND state = 'active' \
+             AND next_fire_at > ? AND next_fire_at <= ? ORDER BY next_fire_at",
+        )
+        .bind(after.unwrap_or(i64::MIN))
+        .bind(until)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    parse_uuid(&r.try_get::<String, _>("id")?)?,
+                    r.try_get("next_fire_at")?,
+                ))
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,243 @@
+use chrono::Utc;
+use chronoshard_wire::{
+    from_millis, JobSpec, JobState, ResultKind, RunStatus, Ticket, TicketResult, PROTOCOL_VERSION,
+};
+use uuid::Uuid;
+
+use super::*;
+
+fn spec(tenant: &str) -> JobSpec {
+    serde_json::from_value(serde_json::json!({
+        "tenant": tenant, "name": "n", "schedule": {"every": "1s"},
+        "target": {"type": "queue", "queue": "q"}
+    }))
+    .unwrap()
+}
+
+fn job(tenant: &str, next: i64) -> JobRow {
+    JobRow {
+        id: Uuid::now_v7(),
+        tenant: tenant.into(),
+        spec: spec(tenant),
+        state: JobState::Active,
+        created_at: 0,
+        updated_at: 0,
+        anchor_at: 0,
+        next_fire_at: Some(next),
+    }
+}
+
+fn ticket(job: &JobRow, at: i64, epoch: u64) -> Ticket {
+    let id = Uuid::now_v7();
+    Ticket {
+        v: PROTOCOL_VERSION,
+        ticket_id: id,
+        job_id: job.id,
+        tenant: job.tenant.clone(),
+        shard: 0,
+        epoch,
+        scheduled_at: from_millis(at),
+        attempt: 1,
+        item: 0,
+        items: 1,
+        queue: "q".into(),
+        target: job.spec.target.clone(),
+        payload: serde_json::Value::Null,
+        timeout_ms: 1000,
+        trace_id: chronoshard_wire::trace_id_of(id),
+    }
+}
+
+async fn open(dir: &tempfile::TempDir, epoch: u64) -> Result<Store> {
+    Store::open(&dir.path().join("shard-0.db"), 0, epoch, "node-a", 0).await
+}
+
+#[tokio::test]
+async fn an_older_epoch_is_fenced_once_a_newer_owner_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = open(&dir, 1).await.unwrap();
+    let j = job("t", 1000);
+    old.create_job(&j, None).await.unwrap();
+    let new = open(&dir, 2).await.unwrap();
+    // every write path of the old owner is refused, and nothing it tried is visible
+    let err = old.create_job(&job("t", 5), None).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Fenced {
+                mine: 1,
+                current: 2,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = old
+        .fire(
+            j.id,
+            Some(1000),
+            Some(2000),
+            &[],
+            vec![ticket(&j, 1000, 1)],
+            1000,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Fenced { .. }));
+    assert!(matches!(
+        old.mark_published(&[(Uuid::now_v7(), 1)], 0).await,
+        Err(StoreError::Fenced { .. })
+    ));
+    assert_eq!(new.list_jobs(None, None, 10).await.unwrap().len(), 1);
+    // an older owner cannot even reopen
+    assert!(matches!(
+        open(&dir, 1).await,
+        Err(StoreError::Fenced { .. })
+    ));
+    new.fire(
+        j.id,
+        Some(1000),
+        Some(2000),
+        &[],
+        vec![ticket(&j, 1000, 2)],
+        1000,
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn one_ticket_per_occurrence_and_stale_entries_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir, 1).await.unwrap();
+    let j = job("t", 1000);
+    s.create_job(&j, None).await.unwrap();
+    let out = s
+        .fire(
+            j.id,
+            Some(1000),
+            Some(2000),
+            &[],
+            vec![ticket(&j, 1000, 1)],
+            1000,
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.tickets.len(), 1);
+    // the same wheel entry firing again (a duplicate or a retry after a crash) is stale
+    let again = s
+        .fire(
+            j.id,
+            Some(1000),
+            Some(2000),
+            &[],
+            vec![ticket(&j, 1000, 1)],
+            1001,
+        )
+        .await
+        .unwrap();
+    assert!(again.stale && again.tickets.is_empty());
+    // a trigger at an instant that already has an occurrence writes no second ticket
+    let trig = s
+        .fire(j.id, None, None, &[], vec![ticket(&j, 1000, 1)], 1002)
+        .await
+        .unwrap();
+    assert!(trig.tickets.is_empty());
+    let runs = s.runs(j.id, None, 10).await.unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].ticket_ids, vec![out.tickets[0].ticket_id]);
+    assert_eq!(
+        s.get_job(j.id).await.unwrap().unwrap().next_fire_at,
+        Some(2000)
+    );
+}
+
+#[tokio::test]
+async fn results_apply_once_and_move_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir, 1).await.unwrap();
+    let j = job("t", 1000);
+    s.create_job(&j, None).await.unwrap();
+    let t = s
+        .fire(j.id, Some(1000), None, &[], vec![ticket(&j, 1000, 1)], 1000)
+        .await
+        .unwrap()
+        .tickets
+        .remove(0);
+    assert_eq!(
+        s.get_job(j.id).await.unwrap().unwrap().state,
+        JobState::Completed
+    );
+    assert_eq!(s.unpublished(2000, 10).await.unwrap().len(), 1);
+    s.mark_published(&[(t.ticket_id, 1)], 1001).await.unwrap();
+    assert!(s.unpublished(2000, 10).await.unwrap().is_empty());
+    let result = |kind| TicketResult {
+        v: PROTOCOL_VERSION,
+        ticket_id: t.ticket_id,
+        attempt: 1,
+        shard: 0,
+        kind,
+        worker: "w".into(),
+        at: Utc::now(),
+        error: None,
+        http_status: Some(200),
+    };
+    assert_eq!(
+        s.apply_results(&[result(ResultKind::Started)], 1002)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        s.runs(j.id, None, 1).await.unwrap()[0].status,
+        RunStatus::Running
+    );
+    let done = result(ResultKind::Succeeded);
+    assert_eq!(
+        s.apply_results(&[done.clone(), done.clone()], 1003)
+            .await
+            .unwrap(),
+        1
+    );
+    // a late duplicate of `started` does not move a finished attempt back
+    assert_eq!(
+        s.apply_results(&[result(ResultKind::Started), done], 1004)
+            .await
+            .unwrap(),
+        0
+    );
+    let view = s.ticket(t.ticket_id).await.unwrap().unwrap();
+    assert_eq!(view.status, RunStatus::Succeeded);
+    assert_eq!(view.attempts[0].http_status, Some(200));
+    assert_eq!(
+        s.runs(j.id, None, 1).await.unwrap()[0].status,
+        RunStatus::Succeeded
+    );
+}
+
+#[tokio::test]
+async fn idempotency_keys_return_the_first_job_or_refuse_a_different_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir, 1).await.unwrap();
+    let j = job("t", 1000);
+    assert_eq!(
+        s.create_job(&j, Some("k")).await.unwrap(),
+        CreateOutcome::Created
+    );
+    let mut again = job("t", 1000);
+    again.spec = j.spec.clone();
+    assert!(
+        matches!(s.create_job(&again, Some("k")).await.unwrap(), CreateOutcome::Existing(r) if r.id == j.id)
+    );
+    let mut other = job("t", 1000);
+    other.spec.name = "other".into();
+    assert_eq!(
+        s.create_job(&other, Some("k")).await.unwrap(),
+        CreateOutcome::KeyReused
+    );
+    // the same key under another tenant is another job
+    assert_eq!(
+        s.create_job(&job("u", 1000), Some("k")).await.unwrap(),
+        CreateOutcome::Created
+    );
+}
