@@ -86,7 +86,7 @@ impl Worker {
                         durable_name: Some(names::worker_consumer(queue)),
                         filter_subject: names::dispatch_subject(queue),
                         ack_policy: async_nats::jetstream::consumer::AckPolicy::Explicit,
-                        ack_wait: Duration::from_secs(60),
+                        ack_wait: Duration::from_secs(30),
                         max_ack_pending: 10_000,
                         ..Default::default()
                     },
@@ -163,11 +163,11 @@ async fn consume(
 ) {
     loop {
         let permit = tokio::select! {
-            _ = shutdown.cancelled() => return,
+            _ = shutdown.cancelled() => return release_prefetched(messages).await,
             p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
         };
         let msg = tokio::select! {
-            _ = shutdown.cancelled() => return,
+            _ = shutdown.cancelled() => return release_prefetched(messages).await,
             m = messages.next() => match m {
                 Some(Ok(m)) => m,
                 Some(Err(e)) => { warn!(error = %e, "dispatch stream error"); continue }
@@ -179,6 +179,17 @@ async fn consume(
             run_one(&ctx, msg).await;
             drop(permit);
         });
+    }
+}
+
+/// Hands back tickets the pull stream fetched but this worker will not start, so another worker
+/// gets them now instead of after `ack_wait`.
+async fn release_prefetched(mut messages: pull::Stream) {
+    let until = tokio::time::Instant::now() + Duration::from_millis(300);
+    while let Ok(Some(m)) = tokio::time::timeout_at(until, messages.next()).await {
+        if let Ok(m) = m {
+            let _ = m.ack_with(AckKind::Nak(None)).await;
+        }
     }
 }
 

@@ -41,7 +41,12 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Params<T> {
         let query = parts.uri.query().unwrap_or_default();
         serde_urlencoded::from_str(query).map(Params).map_err(|e| {
             let msg = e.to_string();
-            ApiError::field(field_of(".", &msg).replace("body", "query"), msg)
+            // serde_urlencoded gives no path; it names unknown and missing fields in the message.
+            let named = ["unknown field `", "missing field `"]
+                .iter()
+                .find_map(|p| msg.strip_prefix(p).and_then(|rest| rest.split('`').next()));
+            let field = named.unwrap_or("query").to_string();
+            ApiError::field(field, msg)
         })
     }
 }
@@ -85,14 +90,15 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     })
 }
 
-/// The dotted path of the field an error is about: for unknown and missing fields serde names the
-/// field in the message and the path stops at its parent.
+/// The dotted path of the field an error is about. serde_path_to_error's path ends at the field
+/// for wrong values and unknown fields, but at the parent for a missing field, which serde names
+/// only in the message.
 fn field_of(path: &str, msg: &str) -> String {
-    let named = ["unknown field `", "missing field `"]
-        .iter()
-        .find_map(|p| msg.strip_prefix(p).and_then(|rest| rest.split('`').next()));
     let parent = if path == "." { "" } else { path };
-    match named {
+    let missing = msg
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.split('`').next());
+    match missing {
         Some(name) if parent.is_empty() => name.to_string(),
         Some(name) => format!("{parent}.{name}"),
         None if parent.is_empty() => "body".to_string(),

@@ -76,7 +76,7 @@ fn fill_drain(c: &mut Criterion) {
     g.sample_size(10)
         .sampling_mode(SamplingMode::Flat)
         .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(8))
+        .measurement_time(Duration::from_secs(4))
         .throughput(Throughput::Elements(N as u64));
 
     g.bench_function("fresh", |b| {

@@ -31,13 +31,18 @@
 //! 64^3 ms = 4.4 min). One caveat: cancelling, in deadline order, the earliest entries of a
 //! coarse (level >= 1) slot makes each cancel rescan that slot to keep `next_deadline` exact.
 //!
+//! At 1 M entries the wheel is memory-bound, not compute-bound: each entry is touched at a
+//! scattered address on insert, on each cascade and on firing, and a cache miss costs far more
+//! than the bookkeeping. The layout choices (one slab, lanes walked interleaved, a free-index
+//! stack) are about overlapping those misses; `benches/wheel.rs` measures it.
+//!
 //! # Memory: bytes per entry
 //!
-//! Every pending entry is one slab cell: `size_of` is **48 bytes for `T = u128`** and 40 bytes for
-//! `T = (u64, u64)` (checked at compile time below and in tests). The slab `Vec` grows by
+//! Every pending entry is one slab entry: `size_of` is **48 bytes for `T = u128`** and 40 bytes
+//! for `T = (u64, u64)` (checked at compile time below and in tests). The slab `Vec` grows by
 //! doubling and never shrinks, so an unsized wheel can hold up to twice that per entry at its
-//! high-water mark; [`TimerWheel::with_capacity`] avoids that. The fixed part is ~34 KB of slot
-//! heads and bitmaps per wheel.
+//! high-water mark; [`TimerWheel::with_capacity`] avoids that. A stack of free indices adds 4
+//! bytes per vacant entry. The fixed part is ~56 KB of slot heads and bitmaps per wheel.
 
 mod slab;
 mod slot;

@@ -401,8 +401,12 @@ impl ScheduleSpec {
     }
 
     /// Builds the evaluable schedule. `created_at` anchors `delay` and the default `start_at`.
+    /// Instants are truncated to whole milliseconds, the platform's resolution, so that a stored
+    /// occurrence (milliseconds) and the schedule always agree.
     pub fn compile(&self, created_at: DateTime<Utc>) -> Result<Schedule, FieldError> {
         use chronoshard_schedule::{Cron, Error as E};
+        let ms = |t: DateTime<Utc>| crate::from_millis(t.timestamp_millis());
+        let created_at = ms(created_at);
         Ok(match self.kind()? {
             ScheduleKind::Cron => {
                 let expr = self.cron.as_deref().unwrap_or_default();
@@ -414,10 +418,14 @@ impl ScheduleSpec {
             }
             ScheduleKind::Every => {
                 let every = self.every.unwrap_or_default();
-                Schedule::every(every.0, self.start_at.unwrap_or(created_at), self.end_at)
-                    .map_err(|e| FieldError::new("schedule.every", e.to_string()))?
+                Schedule::every(
+                    every.0,
+                    ms(self.start_at.unwrap_or(created_at)),
+                    self.end_at.map(ms),
+                )
+                .map_err(|e| FieldError::new("schedule.every", e.to_string()))?
             }
-            ScheduleKind::At => Schedule::At(self.at.unwrap_or(created_at)),
+            ScheduleKind::At => Schedule::At(ms(self.at.unwrap_or(created_at))),
             ScheduleKind::Delay => {
                 let delay =
                     chrono::Duration::milliseconds(self.delay.unwrap_or_default().as_millis());
@@ -553,8 +561,26 @@ mod tests {
     }
 
     #[test]
+    fn instants_are_truncated_to_milliseconds() {
+        let t: DateTime<Utc> = "2026-11-29T08:34:45.082719350Z".parse().unwrap();
+        let s = ScheduleSpec {
+            at: Some(t),
+            ..Default::default()
+        };
+        let at = s.compile(t).unwrap();
+        assert_eq!(
+            at,
+            Schedule::At("2026-11-29T08:34:45.082Z".parse().unwrap())
+        );
+        assert_eq!(
+            at.next_after("2026-11-29T08:34:45.082Z".parse().unwrap()),
+            None
+        );
+    }
+
+    #[test]
     fn delay_is_at_creation_plus_delay() {
-        let now = Utc::now();
+        let now = crate::from_millis(Utc::now().timestamp_millis());
         let s = ScheduleSpec {
             delay: Some("10m".parse().unwrap()),
             ..Default::default()

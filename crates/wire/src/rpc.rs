@@ -54,6 +54,8 @@ pub enum ShardRequest {
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "reply", rename_all = "snake_case")]
+// Replies are built once and serialised at once; boxing the large variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum ShardReply {
     Job {
         job: Job,

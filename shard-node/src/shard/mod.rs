@@ -176,12 +176,19 @@ impl Shard {
                 _ = stop.cancelled() => return Ok(()),
                 cmd = commands.recv() => match cmd {
                     Some(Command::Request(req, reply)) => {
-                        let answer = self.handle(req).await;
-                        if let Err(ShardError::Store(StoreError::Fenced { .. })) = &answer {
-                            let _ = reply.send(rpc::error_reply(answer.as_ref().err().expect("error")));
-                            return answer.map(|_| ());
+                        match self.handle(req).await {
+                            Ok(answer) => {
+                                let _ = reply.send(answer);
+                            }
+                            // A fenced store means another node owns the shard now: stop.
+                            Err(e @ ShardError::Store(StoreError::Fenced { .. })) => {
+                                let _ = reply.send(rpc::error_reply(&e));
+                                return Err(e);
+                            }
+                            Err(e) => {
+                                let _ = reply.send(rpc::error_reply(&e));
+                            }
                         }
-                        let _ = reply.send(answer.unwrap_or_else(|e| rpc::error_reply(&e)));
                     }
                     None => return Ok(()),
                 },

@@ -6,8 +6,9 @@
 //! ones came due while the shard could not fire them (node down, shard moving); for those:
 //! - `skip`: recorded as skipped;
 //! - `latest`: only the most recent due occurrence fires; older ones are recorded as missed;
-//! - `all`: each fires, oldest first;
-//! and with every policy an occurrence older than the catch-up window is recorded as missed.
+//! - `all`: each fires, oldest first.
+//!
+//! With every policy an occurrence older than the catch-up window is recorded as missed.
 //! Consecutive not-fired occurrences with the same status and reason become one range row.
 
 use chronoshard_schedule::Schedule;

@@ -2,7 +2,7 @@
 //! exact minimum of the earliest slot) run after every step of the randomized tests.
 
 use super::*;
-use crate::slab::Cell;
+use crate::slab::{Cell, Entry, Link};
 use crate::slot::lane;
 use proptest::prelude::*;
 
@@ -72,10 +72,10 @@ fn drain<T>(w: &mut TimerWheel<T>, now: u64) -> Vec<(u64, T)> {
 fn entry_is_48_bytes_for_u128_and_40_for_u64_pair() {
     use std::mem::size_of;
     assert_eq!(size_of::<Link>(), 16);
-    assert_eq!(size_of::<Link>() + size_of::<Cell<u128>>(), 48);
-    assert_eq!(crate::slab::entry_bytes::<u128>(), 48);
-    assert_eq!(size_of::<Link>() + size_of::<Cell<(u64, u64)>>(), 40);
-    assert_eq!(std::mem::size_of::<Slot>(), 48);
+    assert_eq!(size_of::<Cell<u128>>(), 32);
+    assert_eq!(size_of::<Entry<u128>>(), 48);
+    assert_eq!(size_of::<Entry<(u64, u64)>>(), 40);
+    assert_eq!(size_of::<Slot>(), 80, "8 lanes");
 }
 
 #[test]

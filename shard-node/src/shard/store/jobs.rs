@@ -24,7 +24,7 @@ pub struct JobRow {
 pub enum CreateOutcome {
     Created,
     /// The tenant already created a job with this idempotency key and the same spec.
-    Existing(JobRow),
+    Existing(Box<JobRow>),
     /// The key was used before with a different spec.
     KeyReused,
 }
@@ -69,7 +69,7 @@ impl Store {
             {
                 let existing = job_from_row(&row)?;
                 return Ok(if existing.spec == job.spec {
-                    CreateOutcome::Existing(existing)
+                    CreateOutcome::Existing(Box::new(existing))
                 } else {
                     CreateOutcome::KeyReused
                 });

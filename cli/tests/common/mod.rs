@@ -1,0 +1,98 @@
+//! Starting a dev platform for a test and talking to its API.
+#![allow(dead_code, unused_imports)]
+
+use std::{path::Path, time::Duration};
+
+use chronoshard::dev::{DevOptions, Platform};
+use serde_json::Value;
+
+pub use chronoshard_test_util::{wait_for, HttpSink};
+
+/// A platform on a free port with its data in `dir`: 2 shard nodes, 8 shards, 1 worker.
+pub async fn platform(dir: &Path) -> Platform {
+    let mut opts = DevOptions::new(dir);
+    opts.http = ([127, 0, 0, 1], 0).into();
+    opts.token = Some("test-token".into());
+    Platform::start(opts).await.expect("platform starts")
+}
+
+/// A tiny REST client with the admin token.
+pub struct Api {
+    pub base: String,
+    pub http: reqwest::Client,
+    pub token: String,
+}
+
+impl Api {
+    pub fn new(p: &Platform) -> Api {
+        Api {
+            base: p.url.clone(),
+            http: reqwest::Client::new(),
+            token: p.token.clone(),
+        }
+    }
+
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&str>,
+    ) -> (u16, String, Value) {
+        let mut req = self
+            .http
+            .request(method, format!("{}{}", self.base, path))
+            .bearer_auth(&self.token);
+        if let Some(b) = body {
+            req = req
+                .header("content-type", "application/json")
+                .body(b.to_string());
+        }
+        let resp = req.send().await.expect("request sent");
+        let status = resp.status().as_u16();
+        let ctype = resp
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        let text = resp.text().await.unwrap();
+        (
+            status,
+            ctype,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let (s, _, v) = self.send(reqwest::Method::GET, path, None).await;
+        (s, v)
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let (s, _, v) = self
+            .send(reqwest::Method::POST, path, Some(&body.to_string()))
+            .await;
+        (s, v)
+    }
+
+    /// Creates a job and returns its id.
+    pub async fn create(&self, body: &Value) -> String {
+        let (status, job) = self.post("/v1/jobs", body).await;
+        assert_eq!(status, 201, "create failed: {job}");
+        job["id"].as_str().unwrap().to_string()
+    }
+
+    /// Runs of a job that are not merely `scheduled`.
+    pub async fn past_runs(&self, job: &str) -> Vec<Value> {
+        let (status, page) = self.get(&format!("/v1/jobs/{job}/runs?limit=500")).await;
+        assert_eq!(status, 200, "{page}");
+        page["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["status"] != "scheduled")
+            .cloned()
+            .collect()
+    }
+}
+
+pub const LONG: Duration = Duration::from_secs(30);
