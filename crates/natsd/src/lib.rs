@@ -212,9 +212,8 @@ impl Server {
             return Ok(());
         };
         if let Some(pid) = child.id() {
-            let _ = std::process::Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status();
+            use nix::{sys::signal, unistd::Pid};
+            let _ = signal::kill(Pid::from_raw(pid as i32), signal::Signal::SIGTERM);
         }
         match tokio::time::timeout(Duration::from_secs(10), child.wait()).await {
             Ok(r) => r.map(|_| ()),
