@@ -47,7 +47,6 @@ fn start(data: &std::path::Path) -> Started {
         }
         if let Some(n) = line.trim().strip_prefix("nats:") {
             let addr = n
-                .trim()
                 .split_whitespace()
                 .next()
                 .unwrap()
