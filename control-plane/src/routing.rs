@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chronoshard_wire::{
     names,
-    rpc::{RpcErrorCode, ShardReply, ShardRequest},
+    rpc::{ShardReply, ShardRequest},
 };
 use hashring::HashRing;
 
@@ -18,6 +18,17 @@ const POINTS_PER_SHARD: u32 = 256;
 /// How long a call keeps retrying while a shard is moving or its owner is starting.
 const CALL_DEADLINE: Duration = Duration::from_secs(5);
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What became of one request.
+// Short-lived and matched at once; boxing the reply would only add an allocation.
+#[allow(clippy::large_enum_variant)]
+enum Attempt {
+    Reply(Result<ShardReply, ApiError>),
+    /// Nobody received it: safe to send again.
+    NotDelivered(String),
+    /// It may have been received.
+    Unknown(String),
+}
 
 /// A point on the ring: (shard, replica).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
@@ -56,53 +67,62 @@ impl Router {
         self.ring.get(&tenant).map(|p| p.0).unwrap_or(0)
     }
 
-    /// Sends a request to the owner of `shard`, retrying while nobody owns it yet or the owner is
-    /// handing it over. Error replies of the shard come back as `ApiError`.
+    /// Sends a request to the owner of `shard`. Retries while nobody serves the shard (it is
+    /// moving or its owner is starting); a read is also retried after a timeout, a write is not,
+    /// since it may have been applied. Error replies of the shard come back as `ApiError`.
     pub async fn call(&self, shard: u32, req: &ShardRequest) -> Result<ShardReply, ApiError> {
         let deadline = tokio::time::Instant::now() + CALL_DEADLINE;
         let mut backoff = Duration::from_millis(20);
         loop {
-            match self.call_once(shard, req).await {
-                Err(ApiError::Unavailable(why))
-                    if tokio::time::Instant::now() + backoff <= deadline =>
-                {
-                    tracing::debug!(shard, %why, "retrying shard call");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_millis(500));
+            let why = match self.attempt(shard, req).await {
+                Attempt::Reply(r) => return r,
+                Attempt::NotDelivered(why) => why,
+                Attempt::Unknown(why) if !req.is_write() => why,
+                Attempt::Unknown(why) => {
+                    return Err(ApiError::Unavailable(format!(
+                        "{why}; the change may or may not have been applied"
+                    )))
                 }
-                other => return other,
+            };
+            if tokio::time::Instant::now() + backoff > deadline {
+                return Err(ApiError::Unavailable(why));
             }
+            tracing::debug!(shard, %why, "retrying shard call");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(500));
         }
     }
 
-    /// One request to the owner of `shard`; `Unavailable` when nobody answers or the owner is
-    /// handing the shard over.
+    /// One request to the owner of `shard`, without retries.
     pub async fn call_once(&self, shard: u32, req: &ShardRequest) -> Result<ShardReply, ApiError> {
+        match self.attempt(shard, req).await {
+            Attempt::Reply(r) => r,
+            Attempt::NotDelivered(why) | Attempt::Unknown(why) => Err(ApiError::Unavailable(why)),
+        }
+    }
+
+    async fn attempt(&self, shard: u32, req: &ShardRequest) -> Attempt {
         let body = serde_json::to_vec(req).expect("request serialises");
         let request = self
             .client
             .request(names::shard_rpc_subject(shard), body.into());
         match tokio::time::timeout(ATTEMPT_TIMEOUT, request).await {
-            Ok(Ok(msg)) => match serde_json::from_slice::<ShardReply>(&msg.payload) {
-                Ok(ShardReply::Error(e))
-                    if matches!(e.code, RpcErrorCode::Fenced | RpcErrorCode::NotOwner) =>
-                {
-                    Err(ApiError::Unavailable(format!(
-                        "shard {shard} is changing owner: {e}"
-                    )))
-                }
-                Ok(ShardReply::Error(e)) => Err(e.into()),
-                Ok(reply) => Ok(reply),
-                Err(e) => Err(ApiError::Internal(format!(
-                    "bad reply from shard {shard}: {e}"
-                ))),
-            },
-            Ok(Err(e)) => Err(ApiError::Unavailable(format!(
-                "shard {shard} is not served: {e}"
-            ))),
-            Err(_) => Err(ApiError::Unavailable(format!(
+            Ok(Ok(msg)) => {
+                Attempt::Reply(match serde_json::from_slice::<ShardReply>(&msg.payload) {
+                    Ok(ShardReply::Error(e)) => Err(e.into()),
+                    Ok(reply) => Ok(reply),
+                    Err(e) => Err(ApiError::Internal(format!(
+                        "bad reply from shard {shard}: {e}"
+                    ))),
+                })
+            }
+            Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
+                Attempt::NotDelivered(format!("shard {shard} is not served right now"))
+            }
+            Ok(Err(e)) => Attempt::Unknown(format!("shard {shard}: {e}")),
+            Err(_) => Attempt::Unknown(format!(
                 "shard {shard} did not answer within {ATTEMPT_TIMEOUT:?}"
-            ))),
+            )),
         }
     }
 

@@ -77,6 +77,7 @@ impl ShardNode {
             clock,
             running: HashMap::new(),
             desired: HashMap::new(),
+            stopping: HashMap::new(),
             open_tx,
         };
         let task = tokio::spawn(node.run(shutdown).instrument(span));
@@ -91,6 +92,8 @@ struct Node {
     running: HashMap<u32, Running>,
     /// Shards the map assigns to this node, with their epochs.
     desired: HashMap<u32, u64>,
+    /// Shard tasks told to stop and not yet finished.
+    stopping: HashMap<u32, JoinHandle<()>>,
     open_tx: watch::Sender<Vec<u32>>,
 }
 
@@ -122,12 +125,20 @@ impl Node {
                 }
                 entry = next_entry(&mut watch) => match entry {
                     Some(entry) => {
-                        if let Ok(a) = serde_json::from_slice::<ShardAssignment>(&entry.value) {
-                            if a.owner == self.opts.node_id {
+                        let shard = entry.key.strip_prefix("shard.").and_then(|s| s.parse::<u32>().ok());
+                        match (entry.operation, serde_json::from_slice::<ShardAssignment>(&entry.value)) {
+                            (async_nats::jetstream::kv::Operation::Put, Ok(a)) if a.owner == self.opts.node_id => {
                                 self.desired.insert(a.shard, a.epoch);
-                            } else {
-                                self.desired.remove(&a.shard);
                             }
+                            // Another owner, or the assignment was deleted.
+                            _ => {
+                                if let Some(s) = shard {
+                                    self.desired.remove(&s);
+                                }
+                            }
+                        }
+                        // History replays several entries per key at once: act on the last.
+                        if entry.delta == 0 {
                             self.reconcile();
                         }
                     }
@@ -138,8 +149,8 @@ impl Node {
         let _ = self.cluster.forget_node(&self.opts.node_id).await;
         self.desired.clear();
         self.reconcile();
-        for (_, r) in self.running.drain() {
-            let _ = r.task.await;
+        for (_, task) in self.stopping.drain() {
+            let _ = task.await;
         }
         let _ = self.open_tx.send(Vec::new());
         info!("shard node stopped");
@@ -168,17 +179,18 @@ impl Node {
         for s in stale {
             let r = self.running.remove(&s).expect("listed");
             r.cancel.cancel();
-            // A new owner may open the database only once the old loop is gone; the epoch in the
-            // database fences any write that still slips through.
-            let task = r.task;
-            tokio::spawn(async move {
-                if let Ok(Err(e)) = task.await {
+            let task = tokio::spawn(async move {
+                if let Ok(Err(e)) = r.task.await {
                     warn!(shard = s, error = %e, "shard ended with an error");
                 }
             });
+            self.stopping.insert(s, task);
         }
+        self.stopping.retain(|_, t| !t.is_finished());
         for (&shard, &epoch) in &self.desired {
-            if self.running.contains_key(&shard) {
+            // The shard opens again only once its previous task here is gone (a later reconcile
+            // retries), so two loops of this node never share one shard.
+            if self.running.contains_key(&shard) || self.stopping.contains_key(&shard) {
                 continue;
             }
             let cancel = CancellationToken::new();

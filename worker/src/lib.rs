@@ -20,6 +20,10 @@ use tokio::{sync::Semaphore, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
+/// Redelivery delay of an unacknowledged ticket; a running ticket extends it with progress acks
+/// every third of it, so only a worker that died lets its tickets go to another.
+pub const ACK_WAIT: Duration = Duration::from_secs(30);
+
 /// How to run a worker.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -86,7 +90,7 @@ impl Worker {
                         durable_name: Some(names::worker_consumer(queue)),
                         filter_subject: names::dispatch_subject(queue),
                         ack_policy: async_nats::jetstream::consumer::AckPolicy::Explicit,
-                        ack_wait: Duration::from_secs(30),
+                        ack_wait: ACK_WAIT,
                         max_ack_pending: 10_000,
                         ..Default::default()
                     },
@@ -125,7 +129,7 @@ impl Worker {
                                 worker_id: opts.worker_id.clone(),
                                 queues: opts.queues.clone(),
                                 heartbeat_at: chrono::Utc::now(),
-                                in_flight: (opts.concurrency - permits.available_permits()) as u32,
+                                in_flight: opts.concurrency.max(1).saturating_sub(permits.available_permits()) as u32,
                             };
                             if let Err(e) = cluster.heartbeat_worker(&info).await {
                                 warn!(error = %e, "worker heartbeat failed");
@@ -182,6 +186,24 @@ async fn consume(
     }
 }
 
+/// Runs `work`, telling JetStream every `ACK_WAIT / 3` that the delivery is still in progress.
+async fn with_progress<T>(
+    msg: &async_nats::jetstream::Message,
+    work: impl std::future::Future<Output = T>,
+) -> T {
+    tokio::pin!(work);
+    let mut beat = tokio::time::interval(ACK_WAIT / 3);
+    beat.reset();
+    loop {
+        tokio::select! {
+            out = &mut work => return out,
+            _ = beat.tick() => {
+                let _ = msg.ack_with(AckKind::Progress).await;
+            }
+        }
+    }
+}
+
 /// Hands back tickets the pull stream fetched but this worker will not start, so another worker
 /// gets them now instead of after `ack_wait`.
 async fn release_prefetched(mut messages: pull::Stream) {
@@ -220,7 +242,7 @@ async fn run_one(ctx: &Ctx, msg: async_nats::jetstream::Message) {
         // subject, so it cannot overtake it.
         let _ = report(ctx, &ticket, ResultKind::Started, None, None).await;
         let timer = std::time::Instant::now();
-        let outcome = executor::http::execute(&ctx.http, &ticket).await;
+        let outcome = with_progress(&msg, executor::http::execute(&ctx.http, &ticket)).await;
         metrics::EXECUTION_SECONDS
             .with_label_values(&[&ctx.queue])
             .observe(timer.elapsed().as_secs_f64());

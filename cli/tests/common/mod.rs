@@ -10,9 +10,15 @@ pub use chronoshard_test_util::{wait_for, HttpSink};
 
 /// A platform on a free port with its data in `dir`: 2 shard nodes, 8 shards, 1 worker.
 pub async fn platform(dir: &Path) -> Platform {
+    platform_with(dir, |_| {}).await
+}
+
+/// Like `platform`, with options changed by `adjust` first.
+pub async fn platform_with(dir: &Path, adjust: impl FnOnce(&mut DevOptions)) -> Platform {
     let mut opts = DevOptions::new(dir);
     opts.http = ([127, 0, 0, 1], 0).into();
     opts.token = Some("test-token".into());
+    adjust(&mut opts);
     Platform::start(opts).await.expect("platform starts")
 }
 

@@ -26,6 +26,8 @@ use serde::{de::DeserializeOwned, Serialize};
 pub const HEARTBEAT_TTL: Duration = Duration::from_secs(6);
 /// How often nodes and workers send a heartbeat.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+/// Publish acks one connection may await at once (all shards of a node share a connection).
+pub const MAX_ACKS_IN_FLIGHT: usize = 1 << 17;
 /// Largest dispatch backlog the stream holds before publishes are refused (`discard: new`), so a
 /// flood of due tickets slows the shard nodes instead of growing without bound.
 pub const DISPATCH_MAX_BYTES: i64 = 1 << 30;
@@ -78,7 +80,14 @@ impl std::fmt::Debug for Cluster {
 impl Cluster {
     /// Creates the streams and buckets that do not exist yet and returns handles on them.
     pub async fn connect(client: async_nats::Client) -> Result<Cluster> {
-        let js = jetstream::new(client.clone());
+        // Publishers bound their own windows; the context must never make a publish wait for an
+        // ack permit another shard's dispatcher holds (that can deadlock), so a full context is
+        // an error the dispatcher retries, and the limit is far above the sum of the windows.
+        let js = jetstream::ContextBuilder::new()
+            .backpressure_on_inflight(false)
+            .max_ack_inflight(MAX_ACKS_IN_FLIGHT)
+            .ack_timeout(Duration::from_secs(10))
+            .build(client.clone());
         js.get_or_create_stream(stream::Config {
             name: names::DISPATCH_STREAM.into(),
             subjects: vec![names::DISPATCH_SUBJECTS.into()],

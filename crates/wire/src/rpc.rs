@@ -52,6 +52,21 @@ pub enum ShardRequest {
     Ping,
 }
 
+impl ShardRequest {
+    /// Whether the request changes state: such a request is not sent again once it may have
+    /// been delivered, because applying it twice is not harmless (a trigger would fire twice).
+    pub fn is_write(&self) -> bool {
+        !matches!(
+            self,
+            ShardRequest::GetJob { .. }
+                | ShardRequest::ListJobs { .. }
+                | ShardRequest::ListRuns { .. }
+                | ShardRequest::GetTicket { .. }
+                | ShardRequest::Ping
+        )
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "reply", rename_all = "snake_case")]
 // Replies are built once and serialised at once; boxing the large variant would buy nothing.

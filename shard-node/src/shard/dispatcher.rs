@@ -90,6 +90,8 @@ struct Dispatcher {
     /// Tickets queued or in flight, so an outbox scan does not queue them twice.
     pending: HashSet<(Uuid, u32)>,
     acked: Vec<(Uuid, u32)>,
+    /// Consecutive failed publishes: the retry backoff grows with it.
+    failures: u32,
 }
 
 impl Dispatcher {
@@ -102,6 +104,7 @@ impl Dispatcher {
             retry: VecDeque::new(),
             pending: HashSet::new(),
             acked: Vec::new(),
+            failures: 0,
         }
     }
 
@@ -145,7 +148,7 @@ impl Dispatcher {
                     None => open = false,
                 },
                 _ = flush.tick() => {
-                    self.flush().await?;
+                    tolerate(self.flush().await)?;
                     let now = tokio::time::Instant::now();
                     while self.retry.front().is_some_and(|(at, _)| *at <= now) {
                         let (_, t) = self.retry.pop_front().expect("front exists");
@@ -156,9 +159,12 @@ impl Dispatcher {
                     }
                 }
                 _ = rescan.tick() => {
-                    let old = self.store.unpublished(self.ctx.clock.now_ms() - RESCAN_AGE_MS, 10_000).await?;
-                    self.enqueue(old);
+                    let old = self.store.unpublished(self.ctx.clock.now_ms() - RESCAN_AGE_MS, 10_000).await;
+                    if let Some(old) = tolerate(old)? {
+                        self.enqueue(old);
+                    }
                 }
+
             }
         }
         // Record acks that already arrived; unacknowledged tickets stay in the outbox.
@@ -211,6 +217,7 @@ impl Dispatcher {
     fn on_ack(&mut self, t: Ticket, res: Result<(), String>) {
         match res {
             Ok(()) => {
+                self.failures = 0;
                 self.pending.remove(&(t.ticket_id, t.attempt));
                 let late = (self.ctx.clock.now_ms() - t.scheduled_at.timestamp_millis()).max(0)
                     as f64
@@ -227,9 +234,14 @@ impl Dispatcher {
                 metrics::PUBLISH_ERRORS_TOTAL
                     .with_label_values(&[&self.shard_label])
                     .inc();
-                warn!(ticket_id = %t.ticket_id, error = %e, "ticket publish failed; retrying");
+                self.failures += 1;
+                // One line per doubling of the failure streak, not one per ticket.
+                if self.failures.is_power_of_two() {
+                    warn!(ticket_id = %t.ticket_id, failures = self.failures, error = %e, "ticket publish failed; retrying with backoff");
+                }
+                let backoff = RETRY_AFTER * 2u32.pow(self.failures.ilog2().min(4));
                 self.retry
-                    .push_back((tokio::time::Instant::now() + RETRY_AFTER, t));
+                    .push_back((tokio::time::Instant::now() + backoff, t));
             }
         }
     }
@@ -250,6 +262,19 @@ impl Dispatcher {
         metrics::DISPATCH_BACKLOG_GAUGE
             .with_label_values(&[&self.shard_label])
             .set(backlog as i64);
+    }
+}
+
+/// Store errors other than fencing are logged and survived: the outbox keeps the tickets, and the
+/// next flush or scan tries again. Fencing stops the dispatcher (another node owns the shard).
+fn tolerate<T>(r: Result<T, StoreError>) -> Result<Option<T>, StoreError> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e @ StoreError::Fenced { .. }) => Err(e),
+        Err(e) => {
+            warn!(error = %e, "dispatcher store access failed; will retry");
+            Ok(None)
+        }
     }
 }
 

@@ -35,6 +35,9 @@ use uuid::Uuid;
 use crate::clock::SharedClock;
 use store::{JobRow, Store, StoreError};
 
+/// Delay before a fire that failed (not fenced) is tried again.
+const FIRE_RETRY_MS: i64 = 1_000;
+
 /// Tunables of a shard.
 #[derive(Clone, Debug)]
 pub struct ShardConfig {
@@ -160,7 +163,12 @@ impl Shard {
         loop {
             let now = self.ctx.clock.now_ms();
             if now >= next_load {
-                self.load(now).await?;
+                match self.load(now).await {
+                    Ok(()) => {}
+                    Err(e @ ShardError::Store(StoreError::Fenced { .. })) => return Err(e),
+                    // The watermark did not move: the next pass loads the same window.
+                    Err(e) => warn!(error = %e, "loading the wheel failed; retrying"),
+                }
                 next_load = now + self.ctx.config.load_every.as_millis() as i64;
             }
             self.fire_due(self.ctx.clock.now_ms()).await?;
@@ -175,6 +183,8 @@ impl Shard {
                 biased;
                 _ = stop.cancelled() => return Ok(()),
                 cmd = commands.recv() => match cmd {
+                    // A caller that gave up must not have its write applied late.
+                    Some(Command::Request(_, reply)) if reply.is_closed() => {}
                     Some(Command::Request(req, reply)) => {
                         match self.handle(req).await {
                             Ok(answer) => {
@@ -207,10 +217,11 @@ impl Shard {
                 until, "loaded occurrences into the wheel"
             );
         }
+        // Raise the watermark first: `track` ignores entries beyond it.
+        self.loaded_until = Some(until);
         for (job, at) in due {
             self.track(job, at);
         }
-        self.loaded_until = Some(until);
         Ok(())
     }
 
@@ -219,13 +230,25 @@ impl Shard {
         if self.loaded_until.is_some_and(|until| at > until) {
             return;
         }
-        if let Some((old_at, key)) = self.in_wheel.get(&job).copied() {
-            if old_at == at {
-                return;
-            }
+        if self
+            .in_wheel
+            .get(&job)
+            .is_some_and(|(old_at, _)| *old_at == at)
+        {
+            return;
+        }
+        self.track_at(job, at, at);
+    }
+
+    /// Puts occurrence `at` of a job in the wheel, due at `deadline` (later than `at` when a
+    /// failed fire is retried).
+    fn track_at(&mut self, job: Uuid, at: i64, deadline: i64) {
+        if let Some((_, key)) = self.in_wheel.remove(&job) {
             self.wheel.cancel(key);
         }
-        let key = self.wheel.insert(at.max(0) as u64, (job.as_u128(), at));
+        let key = self
+            .wheel
+            .insert(deadline.max(0) as u64, (job.as_u128(), at));
         self.in_wheel.insert(job, (at, key));
         self.publish_wheel_len();
     }
@@ -254,7 +277,15 @@ impl Shard {
             if self.in_wheel.get(&job).is_some_and(|(t, _)| *t == at) {
                 self.in_wheel.remove(&job);
             }
-            self.fire_job(job, at, now).await?;
+            match self.fire_job(job, at, now).await {
+                Ok(()) => {}
+                Err(e @ ShardError::Store(StoreError::Fenced { .. })) => return Err(e),
+                Err(e) => {
+                    // Nothing was written: fire the same occurrence again shortly.
+                    warn!(job_id = %job, error = %e, "fire failed; retrying in 1 s");
+                    self.track_at(job, at, now + FIRE_RETRY_MS);
+                }
+            }
         }
         self.due = due;
         self.publish_wheel_len();
@@ -267,7 +298,11 @@ impl Shard {
             return Ok(());
         };
         if job.state != JobState::Active || job.next_fire_at != Some(at) {
-            return Ok(()); // the job changed after this entry was loaded
+            // The job changed after this entry was loaded: follow its real next occurrence.
+            if let (JobState::Active, Some(next)) = (job.state, job.next_fire_at) {
+                self.track(job_id, next);
+            }
+            return Ok(());
         }
         let schedule = match compile(&job) {
             Ok(s) => s,

@@ -2,7 +2,8 @@
 //! as missed or skipped (catch-up policy), and the job's next occurrence. Pure: the caller passes
 //! `now`, so this is tested without a clock.
 //!
-//! An occurrence is *on time* when it is at most `GRACE_MS` old: it fires whatever the policy. Older
+//! A one-shot (`at`, `delay`) always fires, however late. For recurring schedules, an occurrence
+//! is *on time* when it is at most `GRACE_MS` old: it fires whatever the policy. Older
 //! ones came due while the shard could not fire them (node down, shard moving); for those:
 //! - `skip`: recorded as skipped;
 //! - `latest`: only the most recent due occurrence fires; older ones are recorded as missed;
@@ -50,7 +51,9 @@ pub fn plan(schedule: &Schedule, first: i64, now: i64, catchup: &CatchupSpec) ->
         }
         steps += 1;
         let late = now - t;
-        if late <= GRACE_MS {
+        // A one-shot is due at once however late: catch-up policies are about recurring
+        // schedules (DESIGN.md §5: `at` in the past is due at once).
+        if late <= GRACE_MS || matches!(schedule, Schedule::At(_)) {
             if let Some(prev) = pending_latest.take() {
                 not_fired(
                     &mut plan.not_fired,
@@ -212,6 +215,19 @@ mod tests {
             (p.not_fired[0].status, p.not_fired[0].count),
             (RunStatus::Skipped, 3)
         );
+    }
+
+    #[test]
+    fn a_one_shot_fires_however_late_and_whatever_the_policy() {
+        let at = Schedule::At(chronoshard_wire::from_millis(5 * S));
+        for policy in [
+            CatchupPolicy::Skip,
+            CatchupPolicy::Latest,
+            CatchupPolicy::All,
+        ] {
+            let p = plan(&at, 5 * S, 5 * S + 7_200_000, &spec(policy, 60));
+            assert_eq!((p.fire, p.not_fired, p.next), (vec![5 * S], vec![], None));
+        }
     }
 
     #[test]

@@ -72,6 +72,15 @@ pub(crate) async fn start(
                             format!("bad request: {e}"),
                         )),
                     };
+                    // A node that lost the shard stays silent, so the caller hears only the
+                    // new owner (or times out) and never applies a write twice.
+                    if let ShardReply::Error(RpcError {
+                        code: RpcErrorCode::Fenced | RpcErrorCode::NotOwner,
+                        ..
+                    }) = &reply
+                    {
+                        return;
+                    }
                     let body = serde_json::to_vec(&reply).expect("reply serialises");
                     if let Err(e) = client.publish(reply_to, body.into()).await {
                         warn!(error = %e, "could not send shard reply");

@@ -58,6 +58,20 @@ impl Store {
         idempotency_key: Option<&str>,
     ) -> Result<CreateOutcome> {
         let mut tx = self.write().await?;
+        // The same job id again is a retried request: answer with what the first one created.
+        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?");
+        if let Some(row) = sqlx::query(&sql)
+            .bind(job.id.to_string())
+            .fetch_optional(&mut *tx)
+            .await?
+        {
+            let existing = job_from_row(&row)?;
+            return Ok(if existing.spec == job.spec {
+                CreateOutcome::Existing(Box::new(existing))
+            } else {
+                CreateOutcome::KeyReused
+            });
+        }
         if let Some(key) = idempotency_key {
             let sql =
                 format!("SELECT {JOB_COLUMNS} FROM jobs WHERE tenant = ? AND idempotency_key = ?");

@@ -63,37 +63,38 @@ impl Store {
             .connect_with(opts)
             .await?;
         MIGRATOR.run(&pool).await?;
+        // The first statement writes, so SQLite takes the write lock at once and the busy
+        // timeout applies (a read first would fail at once when upgraded under contention).
         let mut tx = pool.begin().await?;
-        let current: Option<i64> = sqlx::query_scalar("SELECT epoch FROM shard_meta WHERE id = 1")
-            .fetch_optional(&mut *tx)
-            .await?;
-        match current {
-            Some(c) if c as u64 > epoch => {
+        let claimed = sqlx::query(
+            "UPDATE shard_meta SET epoch = ?, owner = ?, opened_at = ? WHERE id = 1 AND epoch <= ?",
+        )
+        .bind(epoch as i64)
+        .bind(owner)
+        .bind(now)
+        .bind(epoch as i64)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if claimed == 0 {
+            let current: Option<i64> =
+                sqlx::query_scalar("SELECT epoch FROM shard_meta WHERE id = 1")
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            if let Some(c) = current {
                 return Err(StoreError::Fenced {
                     shard,
                     mine: epoch,
                     current: c as u64,
                 });
             }
-            Some(_) => {
-                sqlx::query(
-                    "UPDATE shard_meta SET epoch = ?, owner = ?, opened_at = ? WHERE id = 1",
-                )
+            sqlx::query("INSERT INTO shard_meta (id, shard, epoch, owner, opened_at) VALUES (1, ?, ?, ?, ?)")
+                .bind(shard as i64)
                 .bind(epoch as i64)
                 .bind(owner)
                 .bind(now)
                 .execute(&mut *tx)
                 .await?;
-            }
-            None => {
-                sqlx::query("INSERT INTO shard_meta (id, shard, epoch, owner, opened_at) VALUES (1, ?, ?, ?, ?)")
-                    .bind(shard as i64)
-                    .bind(epoch as i64)
-                    .bind(owner)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?;
-            }
         }
         tx.commit().await?;
         Ok(Store { pool, shard, epoch })
