@@ -158,7 +158,7 @@ impl Platform {
     /// Stops every part, then the nats-server child.
     pub async fn stop(mut self) -> anyhow::Result<()> {
         self.shutdown.cancel();
-        let all = futures_join(std::mem::take(&mut self.tasks));
+        let all = join_all(std::mem::take(&mut self.tasks));
         if tokio::time::timeout(Duration::from_secs(20), all)
             .await
             .is_err()
@@ -175,7 +175,7 @@ impl Platform {
     }
 }
 
-async fn futures_join(tasks: Vec<JoinHandle<()>>) {
+async fn join_all(tasks: Vec<JoinHandle<()>>) {
     for t in tasks {
         let _ = t.await;
     }

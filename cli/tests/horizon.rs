@@ -51,15 +51,7 @@ async fn occurrences_beyond_the_horizon_are_loaded_and_fire_without_gaps() {
     }
     assert!(runs.iter().all(|r| r["status"] != "missed"), "{runs:?}");
     for (id, path) in [(&one_shot, "/later"), (&overdue, "/overdue")] {
-        wait_for(path, LONG, || async {
-            api.past_runs(id)
-                .await
-                .first()
-                .filter(|r| r["status"] == "succeeded")
-                .cloned()
-        })
-        .await
-        .unwrap();
+        api.newest_run_succeeded(id).await;
         assert_eq!(
             sink.requests().iter().filter(|r| r.path == path).count(),
             1,

@@ -66,21 +66,7 @@ async fn restart_on_the_same_data_dir_keeps_jobs_history_and_firing() {
     times.dedup();
     assert_eq!(times.len(), n, "an occurrence appears twice");
     // the one-shot that fell due during the downtime fired exactly once
-    wait_for("the one-shot to fire after the restart", LONG, || async {
-        let runs = api.past_runs(&one_shot).await;
-        runs.first().filter(|r| r["status"] == "succeeded").cloned()
-    })
-    .await
-    .unwrap_or_else(|e| {
-        panic!(
-            "{e}: {:?} {:?}",
-            futures::executor::block_on(api.get(&format!("/v1/jobs/{one_shot}"))),
-            sink.requests()
-                .iter()
-                .map(|r| r.path.clone())
-                .collect::<Vec<_>>()
-        )
-    });
+    api.newest_run_succeeded(&one_shot).await;
     assert_eq!(api.past_runs(&one_shot).await.len(), 1);
     assert_eq!(
         sink.requests()

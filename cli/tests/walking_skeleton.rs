@@ -206,15 +206,7 @@ async fn pause_resume_trigger_patch_and_delete() {
         .post(&format!("/v1/jobs/{id}/trigger"), &json!({}))
         .await;
     assert_eq!(s, 202, "{run}");
-    wait_for("the triggered run to succeed", LONG, || async {
-        api.past_runs(&id)
-            .await
-            .first()
-            .filter(|r| r["status"] == "succeeded")
-            .cloned()
-    })
-    .await
-    .unwrap();
+    api.newest_run_succeeded(&id).await;
     let (s, job) = api.post(&format!("/v1/jobs/{id}/pause"), &json!({})).await;
     assert_eq!((s, job["state"].as_str()), (200, Some("paused")));
     assert!(job["next_fire_times"].as_array().unwrap().is_empty());

@@ -87,6 +87,23 @@ impl Api {
         job["id"].as_str().unwrap().to_string()
     }
 
+    /// Waits until the job's newest run has succeeded and returns it.
+    pub async fn newest_run_succeeded(&self, job: &str) -> Value {
+        wait_for(
+            &format!("the newest run of {job} to succeed"),
+            LONG,
+            || async {
+                self.past_runs(job)
+                    .await
+                    .first()
+                    .filter(|r| r["status"] == "succeeded")
+                    .cloned()
+            },
+        )
+        .await
+        .unwrap()
+    }
+
     /// Runs of a job that are not merely `scheduled`.
     pub async fn past_runs(&self, job: &str) -> Vec<Value> {
         let (status, page) = self.get(&format!("/v1/jobs/{job}/runs?limit=500")).await;

@@ -58,36 +58,29 @@ impl Store {
         idempotency_key: Option<&str>,
     ) -> Result<CreateOutcome> {
         let mut tx = self.write().await?;
-        // The same job id again is a retried request: answer with what the first one created.
-        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?");
-        if let Some(row) = sqlx::query(&sql)
+        // The same job id again is a retried request; the same key again is a repeated one.
+        // Either way, answer with what the first one created.
+        let by_id = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?");
+        let mut earlier = sqlx::query(&by_id)
             .bind(job.id.to_string())
             .fetch_optional(&mut *tx)
-            .await?
-        {
+            .await?;
+        if let (None, Some(key)) = (&earlier, idempotency_key) {
+            let by_key =
+                format!("SELECT {JOB_COLUMNS} FROM jobs WHERE tenant = ? AND idempotency_key = ?");
+            earlier = sqlx::query(&by_key)
+                .bind(&job.tenant)
+                .bind(key)
+                .fetch_optional(&mut *tx)
+                .await?;
+        }
+        if let Some(row) = earlier {
             let existing = job_from_row(&row)?;
             return Ok(if existing.spec == job.spec {
                 CreateOutcome::Existing(Box::new(existing))
             } else {
                 CreateOutcome::KeyReused
             });
-        }
-        if let Some(key) = idempotency_key {
-            let sql =
-                format!("SELECT {JOB_COLUMNS} FROM jobs WHERE tenant = ? AND idempotency_key = ?");
-            if let Some(row) = sqlx::query(&sql)
-                .bind(&job.tenant)
-                .bind(key)
-                .fetch_optional(&mut *tx)
-                .await?
-            {
-                let existing = job_from_row(&row)?;
-                return Ok(if existing.spec == job.spec {
-                    CreateOutcome::Existing(Box::new(existing))
-                } else {
-                    CreateOutcome::KeyReused
-                });
-            }
         }
         sqlx::query(
             "INSERT INTO jobs (id, tenant, spec, state, created_at, updated_at, anchor_at, next_fire_at, idempotency_key) \
