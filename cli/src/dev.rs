@@ -57,6 +57,7 @@ pub struct Platform {
     pub nats_url: String,
     pub nats_version: String,
     nats: chronoshard_natsd::Server,
+    nats_opts: chronoshard_natsd::Options,
     shutdown: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -131,6 +132,7 @@ impl Platform {
             nats_url: nats.url(),
             nats_version: nats.binary.version.clone(),
             nats,
+            nats_opts,
             shutdown,
             tasks,
         };
@@ -169,9 +171,18 @@ impl Platform {
         Ok(())
     }
 
-    /// The nats-server child's process id.
-    pub fn nats_pid(&self) -> Option<u32> {
-        self.nats.pid()
+    /// Restarts the nats-server child on the same port and store, as an operator (or a crash and
+    /// a supervisor) would; every part reconnects on its own. `kill` makes it a crash (SIGKILL).
+    pub async fn restart_nats(&mut self, kill: bool) -> anyhow::Result<()> {
+        if kill {
+            self.nats.kill().await?;
+        } else {
+            self.nats.stop().await?;
+        }
+        let mut opts = self.nats_opts.clone();
+        opts.port = self.nats.addr().port();
+        self.nats = chronoshard_natsd::Server::start(self.nats.binary.clone(), &opts).await?;
+        Ok(())
     }
 }
 
