@@ -124,15 +124,14 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
         ctx: ctx.clone(),
         wheel_len,
         due: Vec::new(),
+        metrics: ShardMetrics::new(ctx.shard),
     };
     let outcome = shard.event_loop(cmd_rx, stop.clone()).await;
     stop.cancel();
     let _ = tokio::join!(results, rpc);
     shard.dispatcher.closed().await;
     store.close().await;
-    metrics::WHEEL_ENTRIES_GAUGE
-        .with_label_values(&[&ctx.shard.to_string()])
-        .set(0);
+    shard.metrics.wheel_entries.set(0);
     match &outcome {
         Ok(()) => info!("shard closed"),
         Err(e) => warn!(error = %e, "shard stopped"),
@@ -151,6 +150,27 @@ struct Shard {
     ctx: ShardContext,
     wheel_len: Arc<AtomicU64>,
     due: Vec<(u64, (u128, i64))>,
+    metrics: ShardMetrics,
+}
+
+/// This shard's metric handles, resolved once: the fire path must not format labels per fire.
+struct ShardMetrics {
+    label: String,
+    wheel_entries: prometheus::IntGauge,
+    fires: prometheus::IntCounter,
+    jobs_created: prometheus::IntCounter,
+}
+
+impl ShardMetrics {
+    fn new(shard: u32) -> ShardMetrics {
+        let label = shard.to_string();
+        ShardMetrics {
+            wheel_entries: metrics::WHEEL_ENTRIES_GAUGE.with_label_values(&[&label]),
+            fires: metrics::FIRES_TOTAL.with_label_values(&[&label]),
+            jobs_created: metrics::JOBS_CREATED_TOTAL.with_label_values(&[&label]),
+            label,
+        }
+    }
 }
 
 impl Shard {
@@ -263,9 +283,7 @@ impl Shard {
     fn publish_wheel_len(&self) {
         let len = self.wheel.len() as u64;
         self.wheel_len.store(len, Ordering::Relaxed);
-        metrics::WHEEL_ENTRIES_GAUGE
-            .with_label_values(&[&self.ctx.shard.to_string()])
-            .set(len as i64);
+        self.metrics.wheel_entries.set(len as i64);
     }
 
     /// Fires every wheel entry that is due.
@@ -324,15 +342,12 @@ impl Shard {
         if out.stale {
             return Ok(());
         }
-        let shard = self.ctx.shard.to_string();
         for nf in &p.not_fired {
             metrics::OCCURRENCES_NOT_FIRED_TOTAL
-                .with_label_values(&[&shard, nf.status.as_str(), &nf.reason])
+                .with_label_values(&[&self.metrics.label, nf.status.as_str(), &nf.reason])
                 .inc_by(nf.count);
         }
-        metrics::FIRES_TOTAL
-            .with_label_values(&[&shard])
-            .inc_by(p.fire.len() as u64);
+        self.metrics.fires.inc_by(p.fire.len() as u64);
         self.dispatcher.publish(out.tickets).await;
         if let Some(next) = p.next {
             self.track(job_id, next);

@@ -6,7 +6,6 @@ use std::sync::{
     Arc,
 };
 
-use chronoshard_telemetry::metrics;
 use chronoshard_wire::{
     from_millis,
     rpc::{RpcError, RpcErrorCode, ShardReply, ShardRequest},
@@ -341,9 +340,7 @@ impl Shard {
         };
         Ok(match self.store.create_job(&row, key).await? {
             CreateOutcome::Created => {
-                metrics::JOBS_CREATED_TOTAL
-                    .with_label_values(&[&self.ctx.shard.to_string()])
-                    .inc();
+                self.metrics.jobs_created.inc();
                 if let Some(at) = first {
                     self.track(job_id, at);
                 }
@@ -374,9 +371,7 @@ impl Shard {
                 "an occurrence of this job at this instant exists already",
             ));
         }
-        metrics::FIRES_TOTAL
-            .with_label_values(&[&self.ctx.shard.to_string()])
-            .inc();
+        self.metrics.fires.inc();
         let run = RunView {
             job_id: job.id,
             scheduled_at: from_millis(now),
