@@ -186,8 +186,12 @@ async fn consume(
     }
 }
 
-/// Runs `work`, telling JetStream every `ACK_WAIT / 3` that the delivery is still in progress.
+/// Runs `work`, telling JetStream every `ACK_WAIT / 3` that the delivery is still in progress
+/// (so it is not delivered to another worker) and the shard that the attempt is alive (so its
+/// timeout watchdog waits up to the hard limit instead of declaring it lost).
 async fn with_progress<T>(
+    ctx: &Ctx,
+    ticket: &Ticket,
     msg: &async_nats::jetstream::Message,
     work: impl std::future::Future<Output = T>,
 ) -> T {
@@ -199,6 +203,8 @@ async fn with_progress<T>(
             out = &mut work => return out,
             _ = beat.tick() => {
                 let _ = msg.ack_with(AckKind::Progress).await;
+                // Not awaited: a lost progress report only shortens the watchdog's patience.
+                let _ = report(ctx, ticket, ResultKind::Progress, None, None).await;
             }
         }
     }
@@ -242,7 +248,13 @@ async fn run_one(ctx: &Ctx, msg: async_nats::jetstream::Message) {
         // subject, so it cannot overtake it.
         let _ = report(ctx, &ticket, ResultKind::Started, None, None).await;
         let timer = std::time::Instant::now();
-        let outcome = with_progress(&msg, executor::http::execute(&ctx.http, &ticket)).await;
+        let outcome = with_progress(
+            ctx,
+            &ticket,
+            &msg,
+            executor::http::execute(&ctx.http, &ticket),
+        )
+        .await;
         metrics::EXECUTION_SECONDS
             .with_label_values(&[&ctx.queue])
             .observe(timer.elapsed().as_secs_f64());

@@ -8,6 +8,8 @@ use serde_json::Value;
 
 pub use chronoshard_test_util::{wait_for, HttpSink};
 
+pub mod worker;
+
 /// A platform on a free port with its data in `dir`: 2 shard nodes, 8 shards, 1 worker.
 pub async fn platform(dir: &Path) -> Platform {
     platform_with(dir, |_| {}).await

@@ -69,6 +69,24 @@ impl<S: Send + Sync> FromRequestParts<S> for PathId {
     }
 }
 
+/// The tenant in a path such as `/v1/tenants/{tenant}`, checked like a job's `tenant` field.
+#[derive(Debug)]
+pub struct PathTenant(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathTenant {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let axum::extract::Path(raw) =
+            axum::extract::Path::<String>::from_request_parts(parts, state)
+                .await
+                .map_err(|e| ApiError::field("tenant", e.body_text()))?;
+        chronoshard_wire::job::check_token("tenant", &raw, 64)
+            .map_err(|e| ApiError::field(e.field, e.message))?;
+        Ok(PathTenant(raw))
+    }
+}
+
 /// Parses a body, mapping serde's errors to the API's.
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let de = &mut serde_json::Deserializer::from_slice(bytes);

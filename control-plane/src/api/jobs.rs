@@ -60,7 +60,7 @@ pub struct RunsQuery {
     pub limit: Option<u32>,
 }
 
-fn limit(l: Option<u32>) -> Result<u32, ApiError> {
+pub(super) fn limit(l: Option<u32>) -> Result<u32, ApiError> {
     match l.unwrap_or(50) {
         l @ 1..=500 => Ok(l),
         _ => Err(ApiError::field("limit", "must be 1-500")),
@@ -159,18 +159,7 @@ pub async fn list_jobs(
         after,
         limit,
     };
-    let replies = match &q.tenant {
-        Some(t) => {
-            check_token("tenant", t, 64).map_err(|e| ApiError::field(e.field, e.message))?;
-            vec![
-                state
-                    .router
-                    .call(state.router.shard_for_tenant(t), &req)
-                    .await,
-            ]
-        }
-        None => state.router.call_all(&req).await,
-    };
+    let replies = tenant_or_all(&state, q.tenant.as_deref(), &req).await?;
     let mut jobs = Vec::new();
     for r in replies {
         match r? {
@@ -338,7 +327,32 @@ pub async fn get_ticket(
     State(state): State<AppState>,
     PathId(ticket_id): PathId,
 ) -> Result<Json<TicketView>, ApiError> {
-    // Tickets carry no tenant in their id: ask every shard; exactly one can have it.
+    Ok(Json(find_ticket(&state, ticket_id).await?))
+}
+
+/// Sends a read to the shard of `tenant`, or to every shard when no tenant is given.
+pub(super) async fn tenant_or_all(
+    state: &AppState,
+    tenant: Option<&str>,
+    req: &ShardRequest,
+) -> Result<Vec<Result<ShardReply, ApiError>>, ApiError> {
+    Ok(match tenant {
+        Some(t) => {
+            check_token("tenant", t, 64).map_err(|e| ApiError::field(e.field, e.message))?;
+            vec![
+                state
+                    .router
+                    .call(state.router.shard_for_tenant(t), req)
+                    .await,
+            ]
+        }
+        None => state.router.call_all(req).await,
+    })
+}
+
+/// Finds a ticket on whichever shard has it. Tickets carry no tenant in their id: ask every
+/// shard; exactly one can have it.
+pub(super) async fn find_ticket(state: &AppState, ticket_id: Uuid) -> Result<TicketView, ApiError> {
     let mut unavailable = None;
     for reply in state
         .router
@@ -346,7 +360,7 @@ pub async fn get_ticket(
         .await
     {
         match reply {
-            Ok(ShardReply::Ticket { ticket }) => return Ok(Json(ticket)),
+            Ok(ShardReply::Ticket { ticket }) => return Ok(ticket),
             Err(ApiError::NotFound(_)) | Ok(_) => {}
             Err(e) => unavailable = Some(e),
         }

@@ -6,10 +6,12 @@
 
 pub mod body;
 pub mod cluster;
+pub mod dlq;
 pub mod error;
 pub mod jobs;
 pub mod ops;
 pub mod schedule;
+pub mod tenants;
 
 use std::{sync::Arc, time::Instant};
 
@@ -53,6 +55,8 @@ Errors are application/problem+json (RFC 9457) with a stable `code`; input error
     components(schemas(Problem)),
     tags(
         (name = "jobs", description = "Jobs, their runs and tickets"),
+        (name = "dlq", description = "Dead letters: tickets whose attempts ran out, and their replay"),
+        (name = "tenants", description = "Tenant-wide pause, resume and trigger"),
         (name = "schedule", description = "Schedule evaluation"),
         (name = "cluster", description = "Shards and nodes"),
         (name = "operations", description = "Health, readiness, metrics (no token)")
@@ -81,6 +85,12 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(jobs::trigger_job))
         .routes(routes!(jobs::list_runs))
         .routes(routes!(jobs::get_ticket))
+        .routes(routes!(dlq::list_dead_letters))
+        .routes(routes!(dlq::replay))
+        .routes(routes!(tenants::get_tenant))
+        .routes(routes!(tenants::pause_tenant))
+        .routes(routes!(tenants::resume_tenant))
+        .routes(routes!(tenants::trigger_tenant))
         .routes(routes!(schedule::preview))
         .routes(routes!(cluster::list_shards))
         .routes(routes!(cluster::list_nodes))

@@ -22,6 +22,10 @@ pub const HTTP_DURATION: &str = "chronoshard_http_request_duration_seconds";
 pub const EXECUTIONS: &str = "chronoshard_worker_executions_total";
 pub const EXECUTION_DURATION: &str = "chronoshard_worker_execution_seconds";
 pub const START_LATENESS: &str = "chronoshard_start_lateness_seconds";
+pub const RETRIES: &str = "chronoshard_retries_total";
+pub const DEAD_LETTERS: &str = "chronoshard_dead_letters_total";
+pub const ATTEMPTS_LOST: &str = "chronoshard_attempts_lost_total";
+pub const RUNS_REPLACED: &str = "chronoshard_runs_replaced_total";
 
 const LATENESS_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -139,6 +143,34 @@ pub static START_LATENESS_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
         LATENESS_BUCKETS.to_vec()
     )
     .expect("metric")
+});
+
+/// Failed attempts followed by another attempt (after the retry backoff).
+pub static RETRIES_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(RETRIES, "retry attempts scheduled", &["shard"]).expect("metric")
+});
+/// Tickets whose attempts ran out: they are in the dead-letter list.
+pub static DEAD_LETTERS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        DEAD_LETTERS,
+        "tickets dead-lettered after their last attempt failed",
+        &["shard"]
+    )
+    .expect("metric")
+});
+/// Started attempts the timeout watchdog declared lost (no result, no progress).
+pub static ATTEMPTS_LOST_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        ATTEMPTS_LOST,
+        "attempts failed by the timeout watchdog",
+        &["shard"]
+    )
+    .expect("metric")
+});
+/// Active runs ended by a newer occurrence of a job with `overlap: replace`.
+pub static RUNS_REPLACED_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(RUNS_REPLACED, "runs ended by overlap replace", &["shard"])
+        .expect("metric")
 });
 
 /// The Prometheus text exposition of every registered metric.

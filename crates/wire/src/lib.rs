@@ -19,8 +19,8 @@ pub use job::{
     ScheduleKind, ScheduleSpec, TargetSpec,
 };
 pub use ticket::{
-    trace_id_of, AttemptView, ResultKind, RunStatus, RunView, Ticket, TicketResult, TicketView,
-    PROTOCOL_VERSION,
+    trace_id_of, AttemptView, DeadLetter, ResultKind, RunStatus, RunView, Ticket, TicketResult,
+    TicketView, PROTOCOL_VERSION,
 };
 
 /// Milliseconds since the Unix epoch, the one time unit used on the wire inside the platform.

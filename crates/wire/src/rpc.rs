@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::{Job, JobPatch, JobSpec, RunView, TicketView};
+use crate::{DeadLetter, Job, JobPatch, JobSpec, RunView, TicketView};
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -49,6 +49,29 @@ pub enum ShardRequest {
     GetTicket {
         ticket_id: Uuid,
     },
+    /// Dead letters, newest first, strictly older than the cursor `(dead_at ms, ticket id)`.
+    ListDeadLetters {
+        tenant: Option<String>,
+        before: Option<(i64, Uuid)>,
+        limit: u32,
+    },
+    /// Publishes a dead ticket again as its next attempt, with a fresh retry budget.
+    ReplayTicket {
+        ticket_id: Uuid,
+    },
+    GetTenant {
+        tenant: String,
+    },
+    PauseTenant {
+        tenant: String,
+    },
+    ResumeTenant {
+        tenant: String,
+    },
+    /// Fires every active job of the tenant now.
+    TriggerTenant {
+        tenant: String,
+    },
     Ping,
 }
 
@@ -62,6 +85,8 @@ impl ShardRequest {
                 | ShardRequest::ListJobs { .. }
                 | ShardRequest::ListRuns { .. }
                 | ShardRequest::GetTicket { .. }
+                | ShardRequest::ListDeadLetters { .. }
+                | ShardRequest::GetTenant { .. }
                 | ShardRequest::Ping
         )
     }
@@ -87,6 +112,12 @@ pub enum ShardReply {
     },
     Triggered {
         run: RunView,
+    },
+    DeadLetters {
+        items: Vec<DeadLetter>,
+    },
+    Tenant {
+        tenant: TenantView,
     },
     Pong {
         shard: u32,
@@ -126,6 +157,23 @@ impl RpcError {
             field: None,
         }
     }
+}
+
+/// A tenant's state on its shard (`GET /v1/tenants/{tenant}`, and the answer to pause, resume
+/// and trigger).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TenantView {
+    pub tenant: String,
+    /// While paused, none of the tenant's jobs fires; each job keeps its own paused or active
+    /// state, so resuming the tenant does not resume a job paused on its own.
+    pub paused: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_at: Option<DateTime<Utc>>,
+    /// Jobs of the tenant that are not deleted.
+    pub jobs: u64,
+    /// Occurrences fired by a tenant-wide trigger (absent for other requests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triggered: Option<u64>,
 }
 
 /// Who owns a shard, under which epoch (the fencing token).

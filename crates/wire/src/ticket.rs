@@ -36,6 +36,10 @@ pub struct Ticket {
     #[schema(value_type = Object)]
     pub payload: serde_json::Value,
     pub timeout_ms: u64,
+    /// The job's priority (0 lowest, 9 highest): a shard with more due than it can publish at once
+    /// publishes higher priorities first. Absent in tickets written before it existed: 5.
+    #[serde(default = "default_priority")]
+    pub priority: u8,
     /// W3C trace id (32 hex digits): the ticket id's bytes, so a trace is found from a ticket id.
     pub trace_id: String,
 }
@@ -52,6 +56,10 @@ impl Ticket {
     }
 }
 
+fn default_priority() -> u8 {
+    5
+}
+
 /// The trace id that belongs to a ticket id.
 pub fn trace_id_of(ticket_id: Uuid) -> String {
     ticket_id.simple().to_string()
@@ -63,9 +71,23 @@ pub fn trace_id_of(ticket_id: Uuid) -> String {
 pub enum ResultKind {
     /// The executor started the attempt.
     Started,
+    /// The attempt is still running (sent every `ack_wait / 3`, 10 s by default); the shard's
+    /// timeout watchdog waits for an attempt whose worker still reports progress.
+    Progress,
     /// The attempt ended; `outcome` says how.
     Succeeded,
     Failed,
+}
+
+impl ResultKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ResultKind::Started => "started",
+            ResultKind::Progress => "progress",
+            ResultKind::Succeeded => "succeeded",
+            ResultKind::Failed => "failed",
+        }
+    }
 }
 
 /// A worker's report about one attempt, published on `chronoshard.results.<shard>`. The pair
@@ -87,8 +109,17 @@ pub struct TicketResult {
 
 impl TicketResult {
     /// The `Nats-Msg-Id` that lets JetStream drop a re-sent result within its duplicate window.
+    /// Progress reports repeat by design, so theirs carries the report's time.
     pub fn dedup_id(&self) -> String {
-        format!("{}:{}:{:?}", self.ticket_id, self.attempt, self.kind)
+        match self.kind {
+            ResultKind::Progress => format!(
+                "{}:{}:Progress:{}",
+                self.ticket_id,
+                self.attempt,
+                self.at.timestamp_millis()
+            ),
+            kind => format!("{}:{}:{:?}", self.ticket_id, self.attempt, kind),
+        }
     }
 }
 
@@ -189,6 +220,24 @@ pub struct AttemptView {
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_status: Option<u16>,
+}
+
+/// A ticket whose attempts are exhausted (`GET /v1/dlq`): it stays here until it is replayed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DeadLetter {
+    pub ticket_id: Uuid,
+    pub job_id: Uuid,
+    pub tenant: String,
+    pub shard: u32,
+    pub scheduled_at: DateTime<Utc>,
+    pub item: u32,
+    pub queue: String,
+    /// Attempts made, the last one included.
+    pub attempts: u32,
+    /// The last attempt's error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub dead_at: DateTime<Utc>,
 }
 
 /// `GET /v1/tickets/{ticket_id}`.

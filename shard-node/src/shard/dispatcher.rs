@@ -12,6 +12,8 @@ use std::{
     time::Duration,
 };
 
+use super::fair::FairQueue;
+
 use async_nats::jetstream::{context::PublishAckFuture, message::PublishMessage};
 use bytes::Bytes;
 use chronoshard_telemetry::metrics;
@@ -85,7 +87,9 @@ struct Dispatcher {
     store: Store,
     ctx: ShardContext,
     shard_label: String,
-    queue: VecDeque<Ticket>,
+    /// Tickets waiting for a place in the publish window: highest priority first, tenants taking
+    /// turns within a priority.
+    queue: FairQueue<String, Ticket>,
     retry: VecDeque<(tokio::time::Instant, Ticket)>,
     /// Tickets queued or in flight, so an outbox scan does not queue them twice.
     pending: HashSet<(Uuid, u32)>,
@@ -100,7 +104,7 @@ impl Dispatcher {
             store,
             shard_label: ctx.shard.to_string(),
             ctx,
-            queue: VecDeque::new(),
+            queue: FairQueue::default(),
             retry: VecDeque::new(),
             pending: HashSet::new(),
             acked: Vec::new(),
@@ -115,10 +119,8 @@ impl Dispatcher {
     ) -> Result<(), StoreError> {
         let window = self.ctx.config.publish_window.max(1);
         let mut inflight: FuturesUnordered<Inflight> = FuturesUnordered::new();
-        let recovered = self
-            .store
-            .unpublished(self.ctx.clock.now_ms() + 1, 100_000)
-            .await?;
+        let now = self.ctx.clock.now_ms();
+        let recovered = self.store.unpublished(now + 1, now, 100_000).await?;
         if !recovered.is_empty() {
             info!(
                 count = recovered.len(),
@@ -132,7 +134,7 @@ impl Dispatcher {
         let mut open = true;
         loop {
             while inflight.len() < window {
-                let Some(t) = self.queue.pop_front() else {
+                let Some(t) = self.queue.pop() else {
                     break;
                 };
                 let fut = self.send(t).await;
@@ -152,14 +154,15 @@ impl Dispatcher {
                     let now = tokio::time::Instant::now();
                     while self.retry.front().is_some_and(|(at, _)| *at <= now) {
                         let (_, t) = self.retry.pop_front().expect("front exists");
-                        self.queue.push_back(t);
+                        self.push(t);
                     }
                     if !open && self.queue.is_empty() && self.retry.is_empty() && inflight.is_empty() {
                         break;
                     }
                 }
                 _ = rescan.tick() => {
-                    let old = self.store.unpublished(self.ctx.clock.now_ms() - RESCAN_AGE_MS, 10_000).await;
+                    let now = self.ctx.clock.now_ms();
+                    let old = self.store.unpublished(now - RESCAN_AGE_MS, now, 10_000).await;
                     if let Some(old) = tolerate(old)? {
                         self.enqueue(old);
                     }
@@ -187,9 +190,13 @@ impl Dispatcher {
     fn enqueue(&mut self, tickets: Vec<Ticket>) {
         for t in tickets {
             if self.pending.insert((t.ticket_id, t.attempt)) {
-                self.queue.push_back(t);
+                self.push(t);
             }
         }
+    }
+
+    fn push(&mut self, t: Ticket) {
+        self.queue.push(t.priority, t.tenant.clone(), t);
     }
 
     async fn send(&self, t: Ticket) -> Inflight {

@@ -3,16 +3,23 @@
 //! wheel and the only place that fires; everything that changes a job's next occurrence goes
 //! through it, so the wheel and the database never disagree for long.
 //!
-//! Where a ticket is born: `Shard::fire_due` → `plan` → `Store::fire` (outbox row) → dispatcher.
+//! Where a ticket is born: `fire::Shard::fire_due` → `plan` → `Store::fire` (outbox row) →
+//! dispatcher. The wheel also holds the retry timers (a failed attempt's backoff) and the
+//! watchdog's checks of started attempts; `fire.rs` handles all three when they fall due.
 
 mod dispatcher;
+pub mod fair;
+mod fire;
+mod ops;
 pub mod plan;
 mod results;
+pub mod retry;
 mod rpc;
 pub mod store;
+pub mod watchdog;
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     path::PathBuf,
     sync::{
         atomic::{AtomicU64, Ordering},
@@ -24,19 +31,15 @@ use std::{
 use chronoshard_schedule::Schedule;
 use chronoshard_telemetry::metrics;
 use chronoshard_timer::{TimerKey, TimerWheel};
-use chronoshard_wire::{
-    from_millis, names, to_millis, trace_id_of, JobState, Ticket, PROTOCOL_VERSION,
-};
+use chronoshard_wire::{from_millis, names, to_millis};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 use uuid::Uuid;
 
 use crate::clock::SharedClock;
-use store::{JobRow, Store, StoreError};
-
-/// Delay before a fire that failed (not fenced) is tried again.
-const FIRE_RETRY_MS: i64 = 1_000;
+use fire::{Due, Timer};
+use store::{Applied, JobRow, Store, StoreError};
 
 /// Tunables of a shard.
 #[derive(Clone, Debug)]
@@ -84,11 +87,15 @@ pub enum ShardError {
 }
 
 /// Writes that must go through the event loop because they change what the wheel holds.
+// A request is the common case and is moved once; boxing it would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Command {
     Request(
         chronoshard_wire::rpc::ShardRequest,
         oneshot::Sender<chronoshard_wire::rpc::ShardReply>,
     ),
+    /// Results were applied: arm the retry and watchdog timers they call for.
+    Applied(Applied),
 }
 
 /// Runs a shard until `cancel` fires or the shard is fenced by a newer owner.
@@ -104,8 +111,8 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
     let stop = cancel.child_token();
     let wheel_len = Arc::new(AtomicU64::new(0));
     let dispatcher = dispatcher::start(store.clone(), ctx.clone(), stop.clone());
-    let results = results::start(store.clone(), ctx.clone(), stop.clone()).await?;
     let (cmd_tx, cmd_rx) = mpsc::channel(1024);
+    let results = results::start(store.clone(), ctx.clone(), cmd_tx.clone(), stop.clone()).await?;
     let rpc = rpc::start(
         store.clone(),
         ctx.clone(),
@@ -119,6 +126,7 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
         wheel: TimerWheel::new(now.max(0) as u64),
         in_wheel: HashMap::new(),
         loaded_until: None,
+        paused: HashSet::new(),
         store: store.clone(),
         dispatcher,
         ctx: ctx.clone(),
@@ -126,7 +134,10 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
         due: Vec::new(),
         metrics: ShardMetrics::new(ctx.shard),
     };
-    let outcome = shard.event_loop(cmd_rx, stop.clone()).await;
+    let outcome = match shard.recover(now).await {
+        Ok(()) => shard.event_loop(cmd_rx, stop.clone()).await,
+        Err(e) => Err(e),
+    };
     stop.cancel();
     let _ = tokio::join!(results, rpc);
     shard.dispatcher.closed().await;
@@ -140,16 +151,18 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
 }
 
 struct Shard {
-    wheel: TimerWheel<(u128, i64)>,
-    /// Job → its entry in the wheel, so a changed or deleted job's entry is cancelled.
+    wheel: TimerWheel<Timer>,
+    /// Job → its occurrence entry in the wheel, so a changed or deleted job's entry is cancelled.
     in_wheel: HashMap<Uuid, (i64, TimerKey)>,
     /// Every active job due at or before this instant is in the wheel (None: nothing loaded yet).
     loaded_until: Option<i64>,
+    /// Tenants paused now (the store's `paused_tenants`, kept here so a fire needs no query).
+    paused: HashSet<String>,
     store: Store,
     dispatcher: dispatcher::Handle,
     ctx: ShardContext,
     wheel_len: Arc<AtomicU64>,
-    due: Vec<(u64, (u128, i64))>,
+    due: Vec<(u64, Timer)>,
     metrics: ShardMetrics,
 }
 
@@ -159,17 +172,32 @@ struct ShardMetrics {
     wheel_entries: prometheus::IntGauge,
     fires: prometheus::IntCounter,
     jobs_created: prometheus::IntCounter,
+    retries: prometheus::IntCounter,
+    dead: prometheus::IntCounter,
+    lost: prometheus::IntCounter,
+    replaced: prometheus::IntCounter,
 }
 
 impl ShardMetrics {
     fn new(shard: u32) -> ShardMetrics {
         let label = shard.to_string();
+        let l = [label.as_str()];
         ShardMetrics {
-            wheel_entries: metrics::WHEEL_ENTRIES_GAUGE.with_label_values(&[&label]),
-            fires: metrics::FIRES_TOTAL.with_label_values(&[&label]),
-            jobs_created: metrics::JOBS_CREATED_TOTAL.with_label_values(&[&label]),
+            wheel_entries: metrics::WHEEL_ENTRIES_GAUGE.with_label_values(&l),
+            fires: metrics::FIRES_TOTAL.with_label_values(&l),
+            jobs_created: metrics::JOBS_CREATED_TOTAL.with_label_values(&l),
+            retries: metrics::RETRIES_TOTAL.with_label_values(&l),
+            dead: metrics::DEAD_LETTERS_TOTAL.with_label_values(&l),
+            lost: metrics::ATTEMPTS_LOST_TOTAL.with_label_values(&l),
+            replaced: metrics::RUNS_REPLACED_TOTAL.with_label_values(&l),
             label,
         }
+    }
+
+    fn not_fired(&self, status: chronoshard_wire::RunStatus, reason: &str, count: u64) {
+        metrics::OCCURRENCES_NOT_FIRED_TOTAL
+            .with_label_values(&[&self.label, status.as_str(), reason])
+            .inc_by(count);
     }
 }
 
@@ -220,6 +248,10 @@ impl Shard {
                             }
                         }
                     }
+                    Some(Command::Applied(applied)) => {
+                        let now = self.ctx.clock.now_ms();
+                        self.follow(applied, now).await?;
+                    }
                     None => return Ok(()),
                 },
                 _ = tokio::time::sleep(sleep) => {}
@@ -239,37 +271,41 @@ impl Shard {
         }
         // Raise the watermark first: `track` ignores entries beyond it.
         self.loaded_until = Some(until);
-        for (job, at) in due {
-            self.track(job, at);
+        for row in due {
+            self.track(Due::from_row(&row));
         }
         Ok(())
     }
 
     /// Puts a job's next occurrence in the wheel if it falls within what is loaded.
-    fn track(&mut self, job: Uuid, at: i64) {
-        if self.loaded_until.is_some_and(|until| at > until) {
+    fn track(&mut self, due: Due) {
+        if self.loaded_until.is_some_and(|until| due.at > until) {
             return;
         }
         if self
             .in_wheel
-            .get(&job)
-            .is_some_and(|(old_at, _)| *old_at == at)
+            .get(&due.job)
+            .is_some_and(|(old_at, _)| *old_at == due.at)
         {
             return;
         }
-        self.track_at(job, at, at);
+        self.track_at(due, due.at);
     }
 
-    /// Puts occurrence `at` of a job in the wheel, due at `deadline` (later than `at` when a
+    /// Puts an occurrence in the wheel, due at `deadline` (later than the occurrence when a
     /// failed fire is retried).
-    fn track_at(&mut self, job: Uuid, at: i64, deadline: i64) {
-        if let Some((_, key)) = self.in_wheel.remove(&job) {
+    fn track_at(&mut self, due: Due, deadline: i64) {
+        if let Some((_, key)) = self.in_wheel.remove(&due.job) {
             self.wheel.cancel(key);
         }
-        let key = self
-            .wheel
-            .insert(deadline.max(0) as u64, (job.as_u128(), at));
-        self.in_wheel.insert(job, (at, key));
+        let key = self.wheel.insert(deadline.max(0) as u64, due.timer());
+        self.in_wheel.insert(due.job, (due.at, key));
+        self.publish_wheel_len();
+    }
+
+    /// Arms a retry or watchdog timer (not tied to a job's occurrence entry).
+    fn arm(&mut self, at: i64, timer: Timer) {
+        self.wheel.insert(at.max(0) as u64, timer);
         self.publish_wheel_len();
     }
 
@@ -284,102 +320,6 @@ impl Shard {
         let len = self.wheel.len() as u64;
         self.wheel_len.store(len, Ordering::Relaxed);
         self.metrics.wheel_entries.set(len as i64);
-    }
-
-    /// Fires every wheel entry that is due.
-    async fn fire_due(&mut self, now: i64) -> Result<(), ShardError> {
-        let mut due = std::mem::take(&mut self.due);
-        self.wheel.advance(now.max(0) as u64, &mut due);
-        for (_, (job, at)) in due.drain(..) {
-            let job = Uuid::from_u128(job);
-            if self.in_wheel.get(&job).is_some_and(|(t, _)| *t == at) {
-                self.in_wheel.remove(&job);
-            }
-            match self.fire_job(job, at, now).await {
-                Ok(()) => {}
-                Err(e @ ShardError::Store(StoreError::Fenced { .. })) => return Err(e),
-                Err(e) => {
-                    // Nothing was written: fire the same occurrence again shortly.
-                    warn!(job_id = %job, error = %e, "fire failed; retrying in 1 s");
-                    self.track_at(job, at, now + FIRE_RETRY_MS);
-                }
-            }
-        }
-        self.due = due;
-        self.publish_wheel_len();
-        Ok(())
-    }
-
-    /// Fires one job's due occurrences (its catch-up plan) and tracks its next one.
-    async fn fire_job(&mut self, job_id: Uuid, at: i64, now: i64) -> Result<(), ShardError> {
-        let Some(job) = self.store.get_job(job_id).await? else {
-            return Ok(());
-        };
-        if job.state != JobState::Active || job.next_fire_at != Some(at) {
-            // The job changed after this entry was loaded: follow its real next occurrence.
-            if let (JobState::Active, Some(next)) = (job.state, job.next_fire_at) {
-                self.track(job_id, next);
-            }
-            return Ok(());
-        }
-        let schedule = match compile(&job) {
-            Ok(s) => s,
-            Err(e) => {
-                warn!(job_id = %job_id, error = %e, "stored schedule no longer compiles; job left unfired");
-                return Ok(());
-            }
-        };
-        let p = plan::plan(&schedule, at, now, &job.spec.catchup);
-        let tickets = p
-            .fire
-            .iter()
-            .flat_map(|t| self.tickets_for(&job, *t))
-            .collect();
-        let out = self
-            .store
-            .fire(job_id, Some(at), p.next, &p.not_fired, tickets, now)
-            .await?;
-        if out.stale {
-            return Ok(());
-        }
-        for nf in &p.not_fired {
-            metrics::OCCURRENCES_NOT_FIRED_TOTAL
-                .with_label_values(&[&self.metrics.label, nf.status.as_str(), &nf.reason])
-                .inc_by(nf.count);
-        }
-        self.metrics.fires.inc_by(p.fire.len() as u64);
-        self.dispatcher.publish(out.tickets).await;
-        if let Some(next) = p.next {
-            self.track(job_id, next);
-        }
-        Ok(())
-    }
-
-    /// One ticket per item of the occurrence at `at`, first attempt.
-    fn tickets_for(&self, job: &JobRow, at: i64) -> Vec<Ticket> {
-        let items = job.spec.shard_items.max(1);
-        (0..items)
-            .map(|item| {
-                let ticket_id = Uuid::now_v7();
-                Ticket {
-                    v: PROTOCOL_VERSION,
-                    ticket_id,
-                    job_id: job.id,
-                    tenant: job.tenant.clone(),
-                    shard: self.ctx.shard,
-                    epoch: self.ctx.epoch,
-                    scheduled_at: from_millis(at),
-                    attempt: 1,
-                    item,
-                    items,
-                    queue: job.spec.target.queue().to_string(),
-                    target: job.spec.target.clone(),
-                    payload: job.spec.payload.clone(),
-                    timeout_ms: job.spec.timeout.as_millis() as u64,
-                    trace_id: trace_id_of(ticket_id),
-                }
-            })
-            .collect()
     }
 }
 

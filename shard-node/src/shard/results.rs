@@ -1,20 +1,21 @@
 //! Consuming the shard's worker results from JetStream and applying them to the store in batches.
 //! A message is acknowledged only after its batch is committed, so a crash re-delivers it; the
-//! store ignores a result it already has, so re-delivery changes nothing.
+//! store ignores a result it already has, so re-delivery changes nothing. What the applied results
+//! call for (retry timers, watchdog checks, buffered releases) goes to the shard loop.
 
 use std::time::Duration;
 
 use async_nats::jetstream::{consumer::pull, AckKind};
 use chronoshard_telemetry::metrics;
-use chronoshard_wire::{names, ResultKind, TicketResult};
+use chronoshard_wire::{names, TicketResult};
 use futures::StreamExt;
-use tokio::task::JoinHandle;
+use tokio::{sync::mpsc, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use tracing::{warn, Instrument};
 
 use super::{
     store::{Store, StoreError},
-    ShardContext, ShardError,
+    Command, ShardContext, ShardError,
 };
 
 const BATCH: usize = 256;
@@ -22,6 +23,7 @@ const BATCH: usize = 256;
 pub(crate) async fn start(
     store: Store,
     ctx: ShardContext,
+    commands: mpsc::Sender<Command>,
     stop: CancellationToken,
 ) -> Result<JoinHandle<()>, ShardError> {
     let shard = ctx.shard;
@@ -89,20 +91,17 @@ pub(crate) async fn start(
                     }
                 }
                 match store.apply_results(&results, ctx.clock.now_ms()).await {
-                    Ok(_) => {
+                    Ok(applied) => {
                         for r in &results {
-                            let kind = match r.kind {
-                                ResultKind::Started => "started",
-                                ResultKind::Succeeded => "succeeded",
-                                ResultKind::Failed => "failed",
-                            };
                             metrics::RESULTS_APPLIED_TOTAL
-                                .with_label_values(&[&label, kind])
+                                .with_label_values(&[&label, r.kind.as_str()])
                                 .inc();
                         }
                         for m in msgs {
                             let _ = m.ack().await;
                         }
+                        // A shard closing drops this; the next owner re-arms from the store.
+                        let _ = commands.send(Command::Applied(applied)).await;
                     }
                     Err(e) => {
                         for m in msgs {

@@ -21,8 +21,10 @@ use tracing::{warn, Instrument};
 use uuid::Uuid;
 
 use super::{
-    compile, first_occurrence,
-    store::{CreateOutcome, JobRow, Store, StoreError},
+    compile,
+    fire::Due,
+    first_occurrence,
+    store::{reason, CreateOutcome, Fired, JobRow, Store, StoreError},
     upcoming, Command, Shard, ShardContext, ShardError,
 };
 
@@ -155,6 +157,16 @@ async fn serve(
                 Some(ticket) => ShardReply::Ticket { ticket },
                 None => not_found("ticket"),
             },
+            ShardRequest::ListDeadLetters {
+                ref tenant,
+                before,
+                limit,
+            } => ShardReply::DeadLetters {
+                items: store.dead_letters(tenant.as_deref(), before, limit).await?,
+            },
+            ShardRequest::GetTenant { ref tenant } => ShardReply::Tenant {
+                tenant: store.tenant(tenant).await?,
+            },
             ShardRequest::Ping => ShardReply::Pong {
                 shard: ctx.shard,
                 epoch: ctx.epoch,
@@ -172,7 +184,7 @@ async fn serve(
     read.await.unwrap_or_else(|e| error_reply(&e))
 }
 
-fn not_found(what: &str) -> ShardReply {
+pub(super) fn not_found(what: &str) -> ShardReply {
     ShardReply::Error(RpcError::new(
         RpcErrorCode::NotFound,
         format!("{what} not found"),
@@ -183,7 +195,7 @@ fn unavailable() -> ShardReply {
     ShardReply::Error(RpcError::new(RpcErrorCode::NotOwner, "shard is closing"))
 }
 
-fn conflict(message: &str) -> ShardReply {
+pub(super) fn conflict(message: &str) -> ShardReply {
     ShardReply::Error(RpcError::new(RpcErrorCode::Conflict, message))
 }
 
@@ -233,6 +245,12 @@ impl Shard {
                 return self
                     .create(*job_id, spec.clone(), idempotency_key.as_deref(), now)
                     .await;
+            }
+            ShardRequest::ReplayTicket { ticket_id } => return self.replay(*ticket_id, now).await,
+            ShardRequest::PauseTenant { tenant } => return self.pause_tenant(tenant, now).await,
+            ShardRequest::ResumeTenant { tenant } => return self.resume_tenant(tenant, now).await,
+            ShardRequest::TriggerTenant { tenant } => {
+                return self.trigger_tenant(tenant, now).await
             }
             _ => {
                 return Ok(ShardReply::Error(RpcError::new(
@@ -303,7 +321,7 @@ impl Shard {
             return Ok(not_found("job"));
         }
         match job.next_fire_at {
-            Some(at) if job.state == JobState::Active => self.track(job.id, at),
+            Some(at) if job.state == JobState::Active => self.track(Due::of(&job, at)),
             _ => self.untrack(job.id),
         }
         Ok(ShardReply::Job {
@@ -337,12 +355,13 @@ impl Shard {
             updated_at: now,
             anchor_at: now,
             next_fire_at: first,
+            buffered_at: None,
         };
         Ok(match self.store.create_job(&row, key).await? {
             CreateOutcome::Created => {
                 self.metrics.jobs_created.inc();
                 if let Some(at) = first {
-                    self.track(job_id, at);
+                    self.track(Due::of(&row, at));
                 }
                 ShardReply::Job {
                     job: view(&row, self.ctx.shard),
@@ -361,29 +380,28 @@ impl Shard {
     }
 
     async fn trigger(&mut self, job: &JobRow, now: i64) -> Result<ShardReply, ShardError> {
-        let tickets = self.tickets_for(job, now);
-        let out = self
-            .store
-            .fire(job.id, None, None, &[], tickets, now)
-            .await?;
-        if out.tickets.is_empty() {
-            return Ok(conflict(
-                "an occurrence of this job at this instant exists already",
-            ));
-        }
-        self.metrics.fires.inc();
+        let (fired, ticket_ids) = self.fire_now(job, now).await?;
+        let (status, reason) = match fired {
+            Fired::Ticketed => (RunStatus::Dispatched, None),
+            Fired::Buffered => (RunStatus::Scheduled, Some(reason::BUFFERED)),
+            Fired::Skipped(why) => (RunStatus::Skipped, Some(why)),
+            Fired::Exists => {
+                return Ok(conflict(
+                    "an occurrence of this job at this instant exists already",
+                ))
+            }
+        };
         let run = RunView {
             job_id: job.id,
             scheduled_at: from_millis(now),
-            status: RunStatus::Dispatched,
-            reason: None,
-            attempts: 1,
-            ticket_ids: out.tickets.iter().map(|t| t.ticket_id).collect(),
+            status,
+            reason: reason.map(str::to_string),
+            attempts: u32::from(status == RunStatus::Dispatched),
+            ticket_ids,
             range_end: None,
             count: None,
             updated_at: from_millis(now),
         };
-        self.dispatcher.publish(out.tickets).await;
         Ok(ShardReply::Triggered { run })
     }
 }

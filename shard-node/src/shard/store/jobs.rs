@@ -18,6 +18,8 @@ pub struct JobRow {
     /// When the current schedule was set; `delay` and the default `start_at` count from it.
     pub anchor_at: i64,
     pub next_fire_at: Option<i64>,
+    /// `overlap: buffer_one`: the occurrence waiting for the active run to end.
+    pub buffered_at: Option<i64>,
 }
 
 #[derive(Debug, PartialEq)]
@@ -30,7 +32,16 @@ pub enum CreateOutcome {
 }
 
 const JOB_COLUMNS: &str =
-    "id, tenant, spec, state, created_at, updated_at, anchor_at, next_fire_at";
+    "id, tenant, spec, state, created_at, updated_at, anchor_at, next_fire_at, buffered_at";
+
+/// A job's next occurrence as the loader hands it to the wheel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DueRow {
+    pub id: Uuid,
+    pub at: i64,
+    pub priority: u8,
+    pub tenant: String,
+}
 
 fn job_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<JobRow> {
     let spec: String = row.try_get("spec")?;
@@ -46,6 +57,7 @@ fn job_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<JobRow> {
         updated_at: row.try_get("updated_at")?,
         anchor_at: row.try_get("anchor_at")?,
         next_fire_at: row.try_get("next_fire_at")?,
+        buffered_at: row.try_get("buffered_at")?,
     })
 }
 
@@ -83,8 +95,8 @@ impl Store {
             });
         }
         sqlx::query(
-            "INSERT INTO jobs (id, tenant, spec, state, created_at, updated_at, anchor_at, next_fire_at, idempotency_key) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO jobs (id, tenant, spec, state, created_at, updated_at, anchor_at, next_fire_at, idempotency_key, priority) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(job.id.to_string())
         .bind(&job.tenant)
@@ -95,6 +107,7 @@ impl Store {
         .bind(job.anchor_at)
         .bind(job.next_fire_at)
         .bind(idempotency_key)
+        .bind(job.spec.priority as i64)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -136,12 +149,13 @@ impl Store {
     /// Replaces a job's spec, state and next occurrence. Returns false when the job is gone.
     pub async fn update_job(&self, job: &JobRow) -> Result<bool> {
         let mut tx = self.write().await?;
-        let n = sqlx::query("UPDATE jobs SET spec = ?, state = ?, next_fire_at = ?, updated_at = ?, anchor_at = ? WHERE id = ?")
+        let n = sqlx::query("UPDATE jobs SET spec = ?, state = ?, next_fire_at = ?, updated_at = ?, anchor_at = ?, priority = ? WHERE id = ?")
             .bind(serde_json::to_string(&job.spec).map_err(|e| StoreError::Corrupt(e.to_string()))?)
             .bind(job.state.as_str())
             .bind(job.next_fire_at)
             .bind(job.updated_at)
             .bind(job.anchor_at)
+            .bind(job.spec.priority as i64)
             .bind(job.id.to_string())
             .execute(&mut *tx)
             .await?
@@ -151,11 +165,12 @@ impl Store {
     }
 
     /// Active jobs whose next occurrence falls in `(after, until]` (`after` None: no lower bound),
-    /// for the loader that fills the wheel.
-    pub async fn due_jobs(&self, after: Option<i64>, until: i64) -> Result<Vec<(Uuid, i64)>> {
+    /// for the loader that fills the wheel. Jobs of paused tenants are left out.
+    pub async fn due_jobs(&self, after: Option<i64>, until: i64) -> Result<Vec<DueRow>> {
         let rows = sqlx::query(
-            "SELECT id, next_fire_at FROM jobs WHERE next_fire_at IS NOT NULL AND state = 'active' \
-             AND next_fire_at > ? AND next_fire_at <= ? ORDER BY next_fire_at",
+            "SELECT id, next_fire_at, priority, tenant FROM jobs WHERE next_fire_at IS NOT NULL AND state = 'active' \
+             AND next_fire_at > ? AND next_fire_at <= ? \
+             AND tenant NOT IN (SELECT tenant FROM paused_tenants) ORDER BY next_fire_at",
         )
         .bind(after.unwrap_or(i64::MIN))
         .bind(until)
@@ -163,11 +178,22 @@ impl Store {
         .await?;
         rows.iter()
             .map(|r| {
-                Ok((
-                    parse_uuid(&r.try_get::<String, _>("id")?)?,
-                    r.try_get("next_fire_at")?,
-                ))
+                Ok(DueRow {
+                    id: parse_uuid(&r.try_get::<String, _>("id")?)?,
+                    at: r.try_get("next_fire_at")?,
+                    priority: r.try_get::<i64, _>("priority")?.clamp(0, 9) as u8,
+                    tenant: r.try_get("tenant")?,
+                })
             })
             .collect()
+    }
+
+    /// A tenant's active jobs, for tenant-wide resume and trigger.
+    pub async fn active_jobs_of(&self, tenant: &str) -> Result<Vec<JobRow>> {
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE tenant = ? AND state = 'active' ORDER BY id"
+        );
+        let rows = sqlx::query(&sql).bind(tenant).fetch_all(&self.pool).await?;
+        rows.iter().map(job_from_row).collect()
     }
 }

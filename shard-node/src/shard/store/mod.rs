@@ -6,7 +6,10 @@
 //! It must not know about NATS, the wheel or the clock: callers pass `now`.
 
 mod jobs;
+mod results;
+mod tenants;
 mod tickets;
+mod views;
 
 use std::{path::Path, str::FromStr, time::Duration};
 
@@ -15,8 +18,10 @@ use sqlx::{
     Sqlite, SqlitePool, Transaction,
 };
 
-pub use jobs::{CreateOutcome, JobRow};
-pub use tickets::{FireOutcome, NotFiredRow};
+pub use jobs::{CreateOutcome, DueRow, JobRow};
+pub use results::{Applied, FollowUp, OpenAttempt, Replay};
+pub use tickets::{reason, FireOutcome, FireRequest, Fired, NotFiredRow};
+pub use views::run_status;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 

@@ -1,15 +1,20 @@
-//! Occurrences, tickets and attempts: the fire transaction (the outbox write), publish marks,
-//! worker results, and the run and ticket views.
+//! The fire transaction (the outbox write) with the overlap policies, the release of a buffered
+//! occurrence, publish marks and the outbox scan.
 
-use std::collections::BTreeMap;
-
-use chronoshard_wire::{
-    from_millis, AttemptView, ResultKind, RunStatus, RunView, Ticket, TicketResult, TicketView,
-};
-use sqlx::Row;
+use chronoshard_wire::{Overlap, RunStatus, Ticket};
+use sqlx::{Row, Sqlite, Transaction};
 use uuid::Uuid;
 
-use super::{parse_uuid, Result, Store, StoreError};
+use super::{views::ticket_from_json, Result, Store, StoreError};
+
+/// Why an occurrence did not fire or waits; shown as the run's `reason` and used as a metric label.
+pub mod reason {
+    pub const OVERLAP_SKIPPED: &str = "overlap: the previous run is still active";
+    pub const BUFFER_FULL: &str = "overlap: an occurrence is already buffered";
+    pub const BUFFERED: &str = "buffered: waits for the previous run to end";
+    pub const REPLACED: &str = "replaced by a newer occurrence";
+    pub const JOB_DELETED: &str = "job deleted before the buffered occurrence could run";
+}
 
 /// A missed or skipped occurrence, or a range of consecutive ones.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,6 +26,34 @@ pub struct NotFiredRow {
     pub reason: String,
 }
 
+/// One fire transaction for one job.
+#[derive(Debug)]
+pub struct FireRequest<'a> {
+    pub job_id: Uuid,
+    /// The job's next occurrence as the caller saw it; None (trigger now) leaves the job row alone.
+    pub expected_next: Option<i64>,
+    /// The job's next occurrence after this fire (None: the schedule is complete).
+    pub next_fire_at: Option<i64>,
+    /// Occurrences not fired by the catch-up policy.
+    pub not_fired: &'a [NotFiredRow],
+    /// Occurrences to fire, oldest first, each with its item tickets (first attempt).
+    pub occurrences: Vec<(i64, Vec<Ticket>)>,
+    pub overlap: Overlap,
+}
+
+/// What happened to one occurrence of a fire request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fired {
+    /// Its tickets were written.
+    Ticketed,
+    /// It has a run already (fired before): nothing written.
+    Exists,
+    /// Recorded as `scheduled`: it fires when the job's active run ends (`buffer_one`).
+    Buffered,
+    /// Recorded as `skipped` with this reason (`forbid`, or `buffer_one` with one buffered).
+    Skipped(&'static str),
+}
+
 /// What one fire transaction did for one job.
 #[derive(Debug, Default)]
 pub struct FireOutcome {
@@ -29,35 +62,29 @@ pub struct FireOutcome {
     pub stale: bool,
     /// Tickets written, to be published.
     pub tickets: Vec<Ticket>,
+    /// Per requested occurrence, in order.
+    pub occurrences: Vec<(i64, Fired)>,
+    /// Active runs ended as `failed` by `overlap: replace`.
+    pub replaced: u64,
 }
 
-fn status_of(s: &str) -> Result<RunStatus> {
-    RunStatus::parse(s).ok_or_else(|| StoreError::Corrupt(format!("status {s:?}")))
-}
-
-fn ticket_json(t: &Ticket) -> Result<String> {
+pub(super) fn ticket_json(t: &Ticket) -> Result<String> {
     serde_json::to_string(t).map_err(|e| StoreError::Corrupt(e.to_string()))
 }
+
+const ACTIVE: &str = "('dispatched', 'running', 'retrying')";
 
 impl Store {
     /// Records occurrences of one job in one transaction: moves the job's next occurrence from
     /// `expected_next` to `next_fire_at` (only if it still is `expected_next`: a stale wheel entry
-    /// changes nothing), records not-fired occurrences, and writes a run, tickets and first attempts
-    /// for each fired one. With `expected_next` None (trigger now) the job row is left alone.
+    /// changes nothing), records not-fired occurrences, and for each occurrence to fire applies the
+    /// overlap policy against the job's active runs, then writes a run, tickets and first attempts.
     /// An occurrence that already has a run row is not ticketed again.
-    pub async fn fire(
-        &self,
-        job_id: Uuid,
-        expected_next: Option<i64>,
-        next_fire_at: Option<i64>,
-        not_fired: &[NotFiredRow],
-        tickets: Vec<Ticket>,
-        now: i64,
-    ) -> Result<FireOutcome> {
+    pub async fn fire(&self, req: FireRequest<'_>, now: i64) -> Result<FireOutcome> {
         let mut tx = self.write().await?;
-        let id = job_id.to_string();
-        if let Some(expected) = expected_next {
-            let state = if next_fire_at.is_some() {
+        let id = req.job_id.to_string();
+        if let Some(expected) = req.expected_next {
+            let state = if req.next_fire_at.is_some() {
                 "active"
             } else {
                 "completed"
@@ -66,7 +93,7 @@ impl Store {
                 "UPDATE jobs SET next_fire_at = ?, state = ?, updated_at = ? \
                  WHERE id = ? AND next_fire_at = ? AND state = 'active'",
             )
-            .bind(next_fire_at)
+            .bind(req.next_fire_at)
             .bind(state)
             .bind(now)
             .bind(&id)
@@ -77,82 +104,186 @@ impl Store {
             if n == 0 {
                 return Ok(FireOutcome {
                     stale: true,
-                    tickets: Vec::new(),
+                    ..Default::default()
                 });
             }
         }
-        for nf in not_fired {
-            let ranged = nf.count > 1;
-            sqlx::query(
-                "INSERT INTO runs (job_id, scheduled_at, status, reason, attempts, range_end, count, created_at, updated_at) \
-                 VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            )
-            .bind(&id)
-            .bind(nf.first)
-            .bind(nf.status.as_str())
-            .bind(&nf.reason)
-            .bind(ranged.then_some(nf.last))
-            .bind(ranged.then_some(nf.count as i64))
-            .bind(now)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
+        for nf in req.not_fired {
+            insert_not_fired(&mut tx, &id, nf, now).await?;
         }
-        let mut written = Vec::with_capacity(tickets.len());
-        let mut occurrence_ok: BTreeMap<i64, bool> = BTreeMap::new();
-        for t in tickets {
-            let at = t.scheduled_at.timestamp_millis();
-            let ok = match occurrence_ok.get(&at) {
-                Some(ok) => *ok,
-                None => {
-                    let n = sqlx::query(
-                        "INSERT INTO runs (job_id, scheduled_at, status, attempts, created_at, updated_at) \
-                         VALUES (?, ?, 'dispatched', 1, ?, ?) ON CONFLICT DO NOTHING",
-                    )
-                    .bind(&id)
-                    .bind(at)
-                    .bind(now)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                    occurrence_ok.insert(at, n == 1);
-                    n == 1
-                }
-            };
-            if !ok {
-                continue;
-            }
-            let tid = t.ticket_id.to_string();
-            sqlx::query(
-                "INSERT INTO tickets (id, job_id, scheduled_at, item, status, attempt, epoch, queue, body, created_at, updated_at) \
-                 VALUES (?, ?, ?, ?, 'dispatched', ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(&tid)
-            .bind(&id)
-            .bind(at)
-            .bind(t.item as i64)
-            .bind(t.attempt as i64)
-            .bind(t.epoch as i64)
-            .bind(&t.queue)
-            .bind(ticket_json(&t)?)
-            .bind(now)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query("INSERT INTO attempts (ticket_id, attempt, status, created_at) VALUES (?, ?, 'dispatched', ?)")
-                .bind(&tid)
-                .bind(t.attempt as i64)
-                .bind(now)
-                .execute(&mut *tx)
+        let mut out = FireOutcome::default();
+        for (at, tickets) in req.occurrences {
+            let fired = self
+                .fire_one(&mut tx, &id, at, req.overlap, tickets, now, &mut out)
                 .await?;
-            written.push(t);
+            out.occurrences.push((at, fired));
         }
         tx.commit().await?;
-        Ok(FireOutcome {
-            stale: false,
-            tickets: written,
-        })
+        Ok(out)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn fire_one(
+        &self,
+        tx: &mut Transaction<'static, Sqlite>,
+        id: &str,
+        at: i64,
+        overlap: Overlap,
+        tickets: Vec<Ticket>,
+        now: i64,
+        out: &mut FireOutcome,
+    ) -> Result<Fired> {
+        if overlap != Overlap::Allow {
+            let active: Vec<i64> = sqlx::query_scalar(&format!(
+                "SELECT scheduled_at FROM runs WHERE job_id = ? AND status IN {ACTIVE}"
+            ))
+            .bind(id)
+            .fetch_all(&mut **tx)
+            .await?;
+            if !active.is_empty() {
+                match overlap {
+                    Overlap::Allow => {}
+                    Overlap::Forbid => {
+                        return skip(tx, id, at, reason::OVERLAP_SKIPPED, now).await;
+                    }
+                    Overlap::BufferOne => {
+                        let buffered: Option<i64> =
+                            sqlx::query_scalar("SELECT buffered_at FROM jobs WHERE id = ?")
+                                .bind(id)
+                                .fetch_optional(&mut **tx)
+                                .await?
+                                .flatten();
+                        if buffered.is_some() {
+                            return skip(tx, id, at, reason::BUFFER_FULL, now).await;
+                        }
+                        let n = sqlx::query(
+                            "INSERT INTO runs (job_id, scheduled_at, status, reason, attempts, created_at, updated_at) \
+                             VALUES (?, ?, 'scheduled', ?, 0, ?, ?) ON CONFLICT DO NOTHING",
+                        )
+                        .bind(id)
+                        .bind(at)
+                        .bind(reason::BUFFERED)
+                        .bind(now)
+                        .bind(now)
+                        .execute(&mut **tx)
+                        .await?
+                        .rows_affected();
+                        if n == 0 {
+                            return Ok(Fired::Exists);
+                        }
+                        sqlx::query("UPDATE jobs SET buffered_at = ? WHERE id = ?")
+                            .bind(at)
+                            .bind(id)
+                            .execute(&mut **tx)
+                            .await?;
+                        return Ok(Fired::Buffered);
+                    }
+                    Overlap::Replace => {
+                        for old in active {
+                            replace_run(tx, id, old, now).await?;
+                            out.replaced += 1;
+                        }
+                    }
+                }
+            }
+        }
+        let n = sqlx::query(
+            "INSERT INTO runs (job_id, scheduled_at, status, attempts, created_at, updated_at) \
+             VALUES (?, ?, 'dispatched', 1, ?, ?) ON CONFLICT DO NOTHING",
+        )
+        .bind(id)
+        .bind(at)
+        .bind(now)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?
+        .rows_affected();
+        if n == 0 {
+            return Ok(Fired::Exists);
+        }
+        for t in tickets {
+            insert_ticket(tx, &t, now).await?;
+            out.tickets.push(t);
+        }
+        Ok(Fired::Ticketed)
+    }
+
+    /// Fires the occurrence a `buffer_one` job holds, once the job has no active run. Returns the
+    /// tickets to publish (empty when nothing was buffered or a run is still active).
+    pub async fn release_buffered(
+        &self,
+        job_id: Uuid,
+        tickets: impl FnOnce(i64) -> Vec<Ticket>,
+        now: i64,
+    ) -> Result<Vec<Ticket>> {
+        let mut tx = self.write().await?;
+        let id = job_id.to_string();
+        let row = sqlx::query("SELECT buffered_at, state FROM jobs WHERE id = ?")
+            .bind(&id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(row) = row else {
+            return Ok(Vec::new());
+        };
+        let (Some(at), state): (Option<i64>, String) =
+            (row.try_get("buffered_at")?, row.try_get("state")?)
+        else {
+            return Ok(Vec::new());
+        };
+        let active: Option<i64> = sqlx::query_scalar(&format!(
+            "SELECT scheduled_at FROM runs WHERE job_id = ? AND status IN {ACTIVE} LIMIT 1"
+        ))
+        .bind(&id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if active.is_some() {
+            return Ok(Vec::new());
+        }
+        sqlx::query("UPDATE jobs SET buffered_at = NULL WHERE id = ?")
+            .bind(&id)
+            .execute(&mut *tx)
+            .await?;
+        let mut written = Vec::new();
+        if state == "deleted" {
+            sqlx::query(
+                "UPDATE runs SET status = 'skipped', reason = ?, updated_at = ? \
+                 WHERE job_id = ? AND scheduled_at = ? AND status = 'scheduled'",
+            )
+            .bind(reason::JOB_DELETED)
+            .bind(now)
+            .bind(&id)
+            .bind(at)
+            .execute(&mut *tx)
+            .await?;
+        } else {
+            let n = sqlx::query(
+                "UPDATE runs SET status = 'dispatched', reason = NULL, attempts = 1, updated_at = ? \
+                 WHERE job_id = ? AND scheduled_at = ? AND status = 'scheduled'",
+            )
+            .bind(now)
+            .bind(&id)
+            .bind(at)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if n == 1 {
+                for t in tickets(at) {
+                    insert_ticket(&mut tx, &t, now).await?;
+                    written.push(t);
+                }
+            }
+        }
+        tx.commit().await?;
+        Ok(written)
+    }
+
+    /// Jobs holding a buffered occurrence: after a restart their release is checked again.
+    pub async fn jobs_with_buffered(&self) -> Result<Vec<Uuid>> {
+        let ids: Vec<String> =
+            sqlx::query_scalar("SELECT id FROM jobs WHERE buffered_at IS NOT NULL")
+                .fetch_all(&self.pool)
+                .await?;
+        ids.iter().map(|s| super::parse_uuid(s)).collect()
     }
 
     /// Marks attempts as acknowledged by JetStream.
@@ -173,249 +304,132 @@ impl Store {
         Ok(())
     }
 
-    /// Tickets whose current attempt was written before `before` and never acknowledged by
-    /// JetStream: the outbox to publish again after a crash or a failed publish.
-    pub async fn unpublished(&self, before: i64, limit: u32) -> Result<Vec<Ticket>> {
+    /// Tickets whose current attempt was written before `before`, may be published by `now` (a
+    /// retry waits for its backoff) and was never acknowledged by JetStream: the outbox to
+    /// publish again after a crash or a failed publish.
+    pub async fn unpublished(&self, before: i64, now: i64, limit: u32) -> Result<Vec<Ticket>> {
         let rows = sqlx::query(
             "SELECT t.body FROM attempts a JOIN tickets t ON t.id = a.ticket_id AND t.attempt = a.attempt \
              WHERE a.published_at IS NULL AND a.created_at < ? AND a.finished_at IS NULL \
-             ORDER BY a.created_at LIMIT ?",
+             AND (a.not_before IS NULL OR a.not_before <= ?) ORDER BY a.created_at LIMIT ?",
         )
         .bind(before)
+        .bind(now)
         .bind(limit as i64)
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
-            .map(|r| {
-                let body: String = r.try_get("body")?;
-                serde_json::from_str(&body)
-                    .map_err(|e| StoreError::Corrupt(format!("ticket body: {e}")))
-            })
+            .map(|r| ticket_from_json(&r.try_get::<String, _>("body")?))
             .collect()
-    }
-
-    /// Applies worker results in one transaction. A result for an attempt that already has it
-    /// (re-sent, redelivered) changes nothing. Returns how many results changed something.
-    pub async fn apply_results(&self, results: &[TicketResult], now: i64) -> Result<usize> {
-        let mut tx = self.write().await?;
-        let mut applied = 0;
-        for r in results {
-            let tid = r.ticket_id.to_string();
-            let at = r.at.timestamp_millis();
-            let n = match r.kind {
-                ResultKind::Started => sqlx::query(
-                    "UPDATE attempts SET started_at = ?, worker = ?, \
-                     status = CASE WHEN finished_at IS NULL THEN 'running' ELSE status END \
-                     WHERE ticket_id = ? AND attempt = ? AND started_at IS NULL",
-                )
-                .bind(at)
-                .bind(&r.worker)
-                .bind(&tid)
-                .bind(r.attempt as i64)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected(),
-                ResultKind::Succeeded | ResultKind::Failed => {
-                    let status = if r.kind == ResultKind::Succeeded {
-                        "succeeded"
-                    } else {
-                        "failed"
-                    };
-                    sqlx::query(
-                        "UPDATE attempts SET finished_at = ?, status = ?, worker = ?, error = ?, http_status = ?, \
-                         published_at = COALESCE(published_at, ?) \
-                         WHERE ticket_id = ? AND attempt = ? AND finished_at IS NULL",
-                    )
-                    .bind(at)
-                    .bind(status)
-                    .bind(&r.worker)
-                    .bind(&r.error)
-                    .bind(r.http_status.map(i64::from))
-                    .bind(now)
-                    .bind(&tid)
-                    .bind(r.attempt as i64)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected()
-                }
-            };
-            if n == 0 {
-                continue;
-            }
-            applied += 1;
-            // The ticket follows its current attempt; the run follows all its tickets.
-            sqlx::query(
-                "UPDATE tickets SET status = (SELECT status FROM attempts a WHERE a.ticket_id = tickets.id \
-                 AND a.attempt = tickets.attempt), updated_at = ? WHERE id = ? AND attempt = ?",
-            )
-            .bind(now)
-            .bind(&tid)
-            .bind(r.attempt as i64)
-            .execute(&mut *tx)
-            .await?;
-            let row = sqlx::query("SELECT job_id, scheduled_at FROM tickets WHERE id = ?")
-                .bind(&tid)
-                .fetch_optional(&mut *tx)
-                .await?;
-            let Some(row) = row else { continue };
-            let (job, sched): (String, i64) =
-                (row.try_get("job_id")?, row.try_get("scheduled_at")?);
-            let statuses: Vec<String> = sqlx::query_scalar(
-                "SELECT status FROM tickets WHERE job_id = ? AND scheduled_at = ?",
-            )
-            .bind(&job)
-            .bind(sched)
-            .fetch_all(&mut *tx)
-            .await?;
-            let statuses = statuses
-                .iter()
-                .map(|s| status_of(s))
-                .collect::<Result<Vec<_>>>()?;
-            sqlx::query(
-                "UPDATE runs SET status = ?, updated_at = ? WHERE job_id = ? AND scheduled_at = ?",
-            )
-            .bind(run_status(&statuses).as_str())
-            .bind(now)
-            .bind(&job)
-            .bind(sched)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(applied)
-    }
-
-    /// Runs of a job, newest first, strictly before `before` when given.
-    pub async fn runs(
-        &self,
-        job_id: Uuid,
-        before: Option<i64>,
-        limit: u32,
-    ) -> Result<Vec<RunView>> {
-        let id = job_id.to_string();
-        let rows = sqlx::query(
-            "SELECT scheduled_at, status, reason, attempts, range_end, count, updated_at FROM runs \
-             WHERE job_id = ? AND scheduled_at < ? ORDER BY scheduled_at DESC LIMIT ?",
-        )
-        .bind(&id)
-        .bind(before.unwrap_or(i64::MAX))
-        .bind(limit as i64)
-        .fetch_all(&self.pool)
-        .await?;
-        let (Some(newest), Some(oldest)) = (rows.first(), rows.last()) else {
-            return Ok(Vec::new());
-        };
-        let (hi, lo): (i64, i64) = (
-            newest.try_get("scheduled_at")?,
-            oldest.try_get("scheduled_at")?,
-        );
-        let mut ids: BTreeMap<i64, Vec<Uuid>> = BTreeMap::new();
-        for r in sqlx::query(
-            "SELECT id, scheduled_at FROM tickets WHERE job_id = ? AND scheduled_at BETWEEN ? AND ? ORDER BY item",
-        )
-        .bind(&id)
-        .bind(lo)
-        .bind(hi)
-        .fetch_all(&self.pool)
-        .await?
-        {
-            ids.entry(r.try_get("scheduled_at")?).or_default().push(parse_uuid(&r.try_get::<String, _>("id")?)?);
-        }
-        rows.iter()
-            .map(|r| {
-                let at: i64 = r.try_get("scheduled_at")?;
-                Ok(RunView {
-                    job_id,
-                    scheduled_at: from_millis(at),
-                    status: status_of(&r.try_get::<String, _>("status")?)?,
-                    reason: r.try_get("reason")?,
-                    attempts: r.try_get::<i64, _>("attempts")? as u32,
-                    ticket_ids: ids.remove(&at).unwrap_or_default(),
-                    range_end: r.try_get::<Option<i64>, _>("range_end")?.map(from_millis),
-                    count: r.try_get::<Option<i64>, _>("count")?.map(|c| c as u64),
-                    updated_at: from_millis(r.try_get("updated_at")?),
-                })
-            })
-            .collect()
-    }
-
-    /// One ticket with all its attempts.
-    pub async fn ticket(&self, ticket_id: Uuid) -> Result<Option<TicketView>> {
-        let tid = ticket_id.to_string();
-        let Some(row) = sqlx::query("SELECT body, status, epoch FROM tickets WHERE id = ?")
-            .bind(&tid)
-            .fetch_optional(&self.pool)
-            .await?
-        else {
-            return Ok(None);
-        };
-        let body: String = row.try_get("body")?;
-        let t: Ticket = serde_json::from_str(&body)
-            .map_err(|e| StoreError::Corrupt(format!("ticket body: {e}")))?;
-        let ms = |r: &sqlx::sqlite::SqliteRow,
-                  c: &str|
-         -> Result<Option<chrono::DateTime<chrono::Utc>>> {
-            Ok(r.try_get::<Option<i64>, _>(c)?.map(from_millis))
-        };
-        let attempts = sqlx::query(
-            "SELECT attempt, status, created_at, published_at, started_at, finished_at, worker, error, http_status \
-             FROM attempts WHERE ticket_id = ? ORDER BY attempt",
-        )
-        .bind(&tid)
-        .fetch_all(&self.pool)
-        .await?
-        .iter()
-        .map(|r| {
-            Ok(AttemptView {
-                attempt: r.try_get::<i64, _>("attempt")? as u32,
-                status: status_of(&r.try_get::<String, _>("status")?)?,
-                created_at: from_millis(r.try_get("created_at")?),
-                published_at: ms(r, "published_at")?,
-                started_at: ms(r, "started_at")?,
-                finished_at: ms(r, "finished_at")?,
-                worker: r.try_get("worker")?,
-                error: r.try_get("error")?,
-                http_status: r.try_get::<Option<i64>, _>("http_status")?.map(|s| s as u16),
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-        Ok(Some(TicketView {
-            ticket_id,
-            job_id: t.job_id,
-            tenant: t.tenant,
-            shard: t.shard,
-            epoch: row.try_get::<i64, _>("epoch")? as u64,
-            scheduled_at: t.scheduled_at,
-            item: t.item,
-            queue: t.queue,
-            status: status_of(&row.try_get::<String, _>("status")?)?,
-            trace_id: t.trace_id,
-            attempts,
-        }))
     }
 }
 
-/// The status of an occurrence from the statuses of its item tickets: running while any item runs,
-/// succeeded when all did, failed when all ended and one failed.
-pub fn run_status(items: &[RunStatus]) -> RunStatus {
-    if items.iter().any(|s| !s.is_final()) {
-        if items.contains(&RunStatus::Running) {
-            RunStatus::Running
-        } else if items.contains(&RunStatus::Retrying) {
-            RunStatus::Retrying
-        } else {
-            RunStatus::Dispatched
-        }
-    } else if items
-        .iter()
-        .any(|s| matches!(s, RunStatus::Failed | RunStatus::Dead))
-    {
-        if items.contains(&RunStatus::Dead) {
-            RunStatus::Dead
-        } else {
-            RunStatus::Failed
-        }
-    } else {
-        RunStatus::Succeeded
-    }
+async fn insert_not_fired(
+    tx: &mut Transaction<'static, Sqlite>,
+    id: &str,
+    nf: &NotFiredRow,
+    now: i64,
+) -> Result<()> {
+    let ranged = nf.count > 1;
+    sqlx::query(
+        "INSERT INTO runs (job_id, scheduled_at, status, reason, attempts, range_end, count, created_at, updated_at) \
+         VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+    )
+    .bind(id)
+    .bind(nf.first)
+    .bind(nf.status.as_str())
+    .bind(&nf.reason)
+    .bind(ranged.then_some(nf.last))
+    .bind(ranged.then_some(nf.count as i64))
+    .bind(now)
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn skip(
+    tx: &mut Transaction<'static, Sqlite>,
+    id: &str,
+    at: i64,
+    why: &'static str,
+    now: i64,
+) -> Result<Fired> {
+    let nf = NotFiredRow {
+        first: at,
+        last: at,
+        count: 1,
+        status: RunStatus::Skipped,
+        reason: why.to_string(),
+    };
+    insert_not_fired(tx, id, &nf, now).await?;
+    Ok(Fired::Skipped(why))
+}
+
+/// Ends an active run as `failed` (overlap `replace`): its open attempts are finished, so a late
+/// result of the replaced execution changes nothing.
+async fn replace_run(
+    tx: &mut Transaction<'static, Sqlite>,
+    id: &str,
+    at: i64,
+    now: i64,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE attempts SET finished_at = ?, status = 'failed', error = ? WHERE finished_at IS NULL \
+         AND ticket_id IN (SELECT id FROM tickets WHERE job_id = ? AND scheduled_at = ?)",
+    )
+    .bind(now)
+    .bind(reason::REPLACED)
+    .bind(id)
+    .bind(at)
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query(&format!(
+        "UPDATE tickets SET status = 'failed', updated_at = ? WHERE job_id = ? AND scheduled_at = ? \
+         AND status IN {ACTIVE}"
+    ))
+    .bind(now)
+    .bind(id)
+    .bind(at)
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query(
+        "UPDATE runs SET status = 'failed', reason = ?, updated_at = ? WHERE job_id = ? AND scheduled_at = ?",
+    )
+    .bind(reason::REPLACED)
+    .bind(now)
+    .bind(id)
+    .bind(at)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Writes a ticket (first attempt of an occurrence item) and its attempt row.
+async fn insert_ticket(tx: &mut Transaction<'static, Sqlite>, t: &Ticket, now: i64) -> Result<()> {
+    let tid = t.ticket_id.to_string();
+    sqlx::query(
+        "INSERT INTO tickets (id, job_id, scheduled_at, item, status, attempt, epoch, queue, body, timeout_ms, created_at, updated_at) \
+         VALUES (?, ?, ?, ?, 'dispatched', ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&tid)
+    .bind(t.job_id.to_string())
+    .bind(t.scheduled_at.timestamp_millis())
+    .bind(t.item as i64)
+    .bind(t.attempt as i64)
+    .bind(t.epoch as i64)
+    .bind(&t.queue)
+    .bind(ticket_json(t)?)
+    .bind(t.timeout_ms as i64)
+    .bind(now)
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query("INSERT INTO attempts (ticket_id, attempt, status, created_at) VALUES (?, ?, 'dispatched', ?)")
+        .bind(&tid)
+        .bind(t.attempt as i64)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
 }

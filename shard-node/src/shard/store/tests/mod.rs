@@ -6,12 +6,45 @@ use uuid::Uuid;
 
 use super::*;
 
+mod engine;
+
 fn spec(tenant: &str) -> JobSpec {
     serde_json::from_value(serde_json::json!({
         "tenant": tenant, "name": "n", "schedule": {"every": "1s"},
         "target": {"type": "queue", "queue": "q"}
     }))
     .unwrap()
+}
+
+/// Fires `tickets` (grouped into occurrences by their scheduled time) as the shard loop does.
+async fn fire(
+    s: &Store,
+    j: &JobRow,
+    expected: Option<i64>,
+    next: Option<i64>,
+    tickets: Vec<Ticket>,
+    now: i64,
+) -> Result<FireOutcome> {
+    let mut occurrences: Vec<(i64, Vec<Ticket>)> = Vec::new();
+    for t in tickets {
+        let at = t.scheduled_at.timestamp_millis();
+        match occurrences.iter_mut().find(|(a, _)| *a == at) {
+            Some((_, v)) => v.push(t),
+            None => occurrences.push((at, vec![t])),
+        }
+    }
+    s.fire(
+        FireRequest {
+            job_id: j.id,
+            expected_next: expected,
+            next_fire_at: next,
+            not_fired: &[],
+            occurrences,
+            overlap: j.spec.overlap,
+        },
+        now,
+    )
+    .await
 }
 
 fn job(tenant: &str, next: i64) -> JobRow {
@@ -24,6 +57,7 @@ fn job(tenant: &str, next: i64) -> JobRow {
         updated_at: 0,
         anchor_at: 0,
         next_fire_at: Some(next),
+        buffered_at: None,
     }
 }
 
@@ -44,6 +78,7 @@ fn ticket(job: &JobRow, at: i64, epoch: u64) -> Ticket {
         target: job.spec.target.clone(),
         payload: serde_json::Value::Null,
         timeout_ms: 1000,
+        priority: 5,
         trace_id: chronoshard_wire::trace_id_of(id),
     }
 }
@@ -72,17 +107,16 @@ async fn an_older_epoch_is_fenced_once_a_newer_owner_opens() {
         ),
         "{err}"
     );
-    let err = old
-        .fire(
-            j.id,
-            Some(1000),
-            Some(2000),
-            &[],
-            vec![ticket(&j, 1000, 1)],
-            1000,
-        )
-        .await
-        .unwrap_err();
+    let err = fire(
+        &old,
+        &j,
+        Some(1000),
+        Some(2000),
+        vec![ticket(&j, 1000, 1)],
+        1000,
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, StoreError::Fenced { .. }));
     assert!(matches!(
         old.mark_published(&[(Uuid::now_v7(), 1)], 0).await,
@@ -94,11 +128,11 @@ async fn an_older_epoch_is_fenced_once_a_newer_owner_opens() {
         open(&dir, 1).await,
         Err(StoreError::Fenced { .. })
     ));
-    new.fire(
-        j.id,
+    fire(
+        &new,
+        &j,
         Some(1000),
         Some(2000),
-        &[],
         vec![ticket(&j, 1000, 2)],
         1000,
     )
@@ -112,34 +146,31 @@ async fn one_ticket_per_occurrence_and_stale_entries_write_nothing() {
     let s = open(&dir, 1).await.unwrap();
     let j = job("t", 1000);
     s.create_job(&j, None).await.unwrap();
-    let out = s
-        .fire(
-            j.id,
-            Some(1000),
-            Some(2000),
-            &[],
-            vec![ticket(&j, 1000, 1)],
-            1000,
-        )
-        .await
-        .unwrap();
+    let out = fire(
+        &s,
+        &j,
+        Some(1000),
+        Some(2000),
+        vec![ticket(&j, 1000, 1)],
+        1000,
+    )
+    .await
+    .unwrap();
     assert_eq!(out.tickets.len(), 1);
     // the same wheel entry firing again (a duplicate or a retry after a crash) is stale
-    let again = s
-        .fire(
-            j.id,
-            Some(1000),
-            Some(2000),
-            &[],
-            vec![ticket(&j, 1000, 1)],
-            1001,
-        )
-        .await
-        .unwrap();
+    let again = fire(
+        &s,
+        &j,
+        Some(1000),
+        Some(2000),
+        vec![ticket(&j, 1000, 1)],
+        1001,
+    )
+    .await
+    .unwrap();
     assert!(again.stale && again.tickets.is_empty());
     // a trigger at an instant that already has an occurrence writes no second ticket
-    let trig = s
-        .fire(j.id, None, None, &[], vec![ticket(&j, 1000, 1)], 1002)
+    let trig = fire(&s, &j, None, None, vec![ticket(&j, 1000, 1)], 1002)
         .await
         .unwrap();
     assert!(trig.tickets.is_empty());
@@ -158,8 +189,7 @@ async fn results_apply_once_and_move_the_run() {
     let s = open(&dir, 1).await.unwrap();
     let j = job("t", 1000);
     s.create_job(&j, None).await.unwrap();
-    let t = s
-        .fire(j.id, Some(1000), None, &[], vec![ticket(&j, 1000, 1)], 1000)
+    let t = fire(&s, &j, Some(1000), None, vec![ticket(&j, 1000, 1)], 1000)
         .await
         .unwrap()
         .tickets
@@ -168,9 +198,9 @@ async fn results_apply_once_and_move_the_run() {
         s.get_job(j.id).await.unwrap().unwrap().state,
         JobState::Completed
     );
-    assert_eq!(s.unpublished(2000, 10).await.unwrap().len(), 1);
+    assert_eq!(s.unpublished(2000, 2000, 10).await.unwrap().len(), 1);
     s.mark_published(&[(t.ticket_id, 1)], 1001).await.unwrap();
-    assert!(s.unpublished(2000, 10).await.unwrap().is_empty());
+    assert!(s.unpublished(2000, 2000, 10).await.unwrap().is_empty());
     let result = |kind| TicketResult {
         v: PROTOCOL_VERSION,
         ticket_id: t.ticket_id,
@@ -185,7 +215,8 @@ async fn results_apply_once_and_move_the_run() {
     assert_eq!(
         s.apply_results(&[result(ResultKind::Started)], 1002)
             .await
-            .unwrap(),
+            .unwrap()
+            .changed,
         1
     );
     assert_eq!(
@@ -196,14 +227,16 @@ async fn results_apply_once_and_move_the_run() {
     assert_eq!(
         s.apply_results(&[done.clone(), done.clone()], 1003)
             .await
-            .unwrap(),
+            .unwrap()
+            .changed,
         1
     );
     // a late duplicate of `started` does not move a finished attempt back
     assert_eq!(
         s.apply_results(&[result(ResultKind::Started), done], 1004)
             .await
-            .unwrap(),
+            .unwrap()
+            .changed,
         0
     );
     let view = s.ticket(t.ticket_id).await.unwrap().unwrap();

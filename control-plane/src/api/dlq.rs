@@ -1,0 +1,140 @@
+//! `/v1/dlq`: tickets whose attempts ran out, across shards, and their replay.
+
+use axum::{extract::State, http::StatusCode, response::IntoResponse, Json};
+use chronoshard_wire::{
+    rpc::{ShardReply, ShardRequest},
+    DeadLetter, TicketView,
+};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use super::{
+    body::{Params, PathId},
+    error::ApiError,
+    jobs::{find_ticket, limit, tenant_or_all},
+    AppState, Problem,
+};
+
+/// A page of dead letters, newest first.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct DeadLetterPage {
+    pub items: Vec<DeadLetter>,
+    /// Pass as `cursor` to get older dead letters; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct DlqQuery {
+    /// Only this tenant's dead letters.
+    pub tenant: Option<String>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+    /// 1–500, default 50.
+    pub limit: Option<u32>,
+}
+
+/// The cursor is the last item's `(dead_at ms, ticket id)`: stable while new letters arrive.
+fn parse_cursor(c: &str) -> Result<(i64, Uuid), ApiError> {
+    let bad = || ApiError::field("cursor", "not a cursor from a previous page");
+    let (at, id) = c.split_once('_').ok_or_else(bad)?;
+    Ok((
+        at.parse().map_err(|_| bad())?,
+        Uuid::parse_str(id).map_err(|_| bad())?,
+    ))
+}
+
+fn cursor_of(d: &DeadLetter) -> String {
+    format!("{}_{}", d.dead_at.timestamp_millis(), d.ticket_id)
+}
+
+/// Dead letters: tickets whose last allowed attempt failed, newest first.
+#[utoipa::path(get, path = "/v1/dlq", tag = "dlq", params(DlqQuery),
+    responses((status = 200, body = DeadLetterPage), (status = 400, body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn list_dead_letters(
+    State(state): State<AppState>,
+    Params(q): Params<DlqQuery>,
+) -> Result<Json<DeadLetterPage>, ApiError> {
+    let limit = limit(q.limit)?;
+    let before = q.cursor.as_deref().map(parse_cursor).transpose()?;
+    let req = ShardRequest::ListDeadLetters {
+        tenant: q.tenant.clone(),
+        before,
+        limit,
+    };
+    let replies = tenant_or_all(&state, q.tenant.as_deref(), &req).await?;
+    let mut items = Vec::new();
+    for reply in replies {
+        match reply? {
+            ShardReply::DeadLetters { items: mut more } => items.append(&mut more),
+            other => {
+                return Err(ApiError::Internal(format!(
+                    "unexpected shard reply {other:?}"
+                )))
+            }
+        }
+    }
+    // Each shard gave its newest `limit`; the newest `limit` of them all is this page.
+    items.sort_by_key(|d| std::cmp::Reverse((d.dead_at, d.ticket_id)));
+    items.truncate(limit as usize);
+    let next_cursor = (items.len() == limit as usize)
+        .then(|| items.last().map(cursor_of))
+        .flatten();
+    Ok(Json(DeadLetterPage { items, next_cursor }))
+}
+
+/// Replay a dead letter: its next attempt is published now, with the job's retry budget afresh.
+#[utoipa::path(post, path = "/v1/dlq/{ticket_id}/replay", tag = "dlq", params(("ticket_id" = Uuid, Path)),
+    responses((status = 202, body = TicketView), (status = 404, body = Problem, content_type = "application/problem+json"),
+              (status = 409, body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn replay(
+    State(state): State<AppState>,
+    PathId(ticket_id): PathId,
+) -> Result<impl IntoResponse, ApiError> {
+    let ticket = find_ticket(&state, ticket_id).await?;
+    match state
+        .router
+        .call(ticket.shard, &ShardRequest::ReplayTicket { ticket_id })
+        .await?
+    {
+        ShardReply::Ticket { ticket } => Ok((StatusCode::ACCEPTED, Json(ticket))),
+        other => Err(ApiError::Internal(format!(
+            "unexpected shard reply {other:?}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_bad_ones_are_a_400() {
+        let d = DeadLetter {
+            ticket_id: Uuid::now_v7(),
+            job_id: Uuid::now_v7(),
+            tenant: "t".into(),
+            shard: 0,
+            scheduled_at: chrono::Utc::now(),
+            item: 0,
+            queue: "q".into(),
+            attempts: 3,
+            error: None,
+            dead_at: chronoshard_wire::from_millis(1_700_000_000_123),
+        };
+        assert_eq!(
+            parse_cursor(&cursor_of(&d)).unwrap(),
+            (1_700_000_000_123, d.ticket_id)
+        );
+        for bad in ["", "x", "1_y", "a_0190a0a0-0000-7000-8000-000000000000"] {
+            assert!(
+                matches!(parse_cursor(bad), Err(ApiError::InvalidField { ref field, .. }) if field == "cursor"),
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! `/v1/tenants/{tenant}`: a tenant's state, and pause, resume and trigger of all its jobs at once.
+//! A tenant lives in one shard (tenant sharding), so each request goes to that shard alone.
+
+use axum::{extract::State, http::StatusCode, response::IntoResponse, Json};
+use chronoshard_wire::rpc::{ShardReply, ShardRequest, TenantView};
+
+use super::{body::PathTenant, error::ApiError, AppState, Problem};
+
+async fn tenant_call(
+    state: &AppState,
+    tenant: &str,
+    req: ShardRequest,
+) -> Result<TenantView, ApiError> {
+    match state
+        .router
+        .call(state.router.shard_for_tenant(tenant), &req)
+        .await?
+    {
+        ShardReply::Tenant { tenant } => Ok(tenant),
+        other => Err(ApiError::Internal(format!(
+            "unexpected shard reply {other:?}"
+        ))),
+    }
+}
+
+/// A tenant: whether it is paused and how many jobs it has.
+#[utoipa::path(get, path = "/v1/tenants/{tenant}", tag = "tenants", params(("tenant" = String, Path)),
+    responses((status = 200, body = TenantView), (status = 400, body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn get_tenant(
+    State(state): State<AppState>,
+    PathTenant(tenant): PathTenant,
+) -> Result<Json<TenantView>, ApiError> {
+    let req = ShardRequest::GetTenant {
+        tenant: tenant.clone(),
+    };
+    Ok(Json(tenant_call(&state, &tenant, req).await?))
+}
+
+/// Pause a tenant: none of its jobs fires until it is resumed; each job keeps its own state.
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/pause", tag = "tenants", params(("tenant" = String, Path)),
+    responses((status = 200, body = TenantView), (status = 400, body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn pause_tenant(
+    State(state): State<AppState>,
+    PathTenant(tenant): PathTenant,
+) -> Result<Json<TenantView>, ApiError> {
+    let req = ShardRequest::PauseTenant {
+        tenant: tenant.clone(),
+    };
+    Ok(Json(tenant_call(&state, &tenant, req).await?))
+}
+
+/// Resume a tenant: each of its active jobs continues from its first occurrence after now
+/// (no catch-up for the paused time). Jobs paused on their own stay paused.
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/resume", tag = "tenants", params(("tenant" = String, Path)),
+    responses((status = 200, body = TenantView), (status = 400, body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn resume_tenant(
+    State(state): State<AppState>,
+    PathTenant(tenant): PathTenant,
+) -> Result<Json<TenantView>, ApiError> {
+    let req = ShardRequest::ResumeTenant {
+        tenant: tenant.clone(),
+    };
+    Ok(Json(tenant_call(&state, &tenant, req).await?))
+}
+
+/// Fire every active job of the tenant now, each under its overlap policy; `triggered` counts
+/// the occurrences that fired.
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/trigger", tag = "tenants", params(("tenant" = String, Path)),
+    responses((status = 202, body = TenantView), (status = 400, body = Problem, content_type = "application/problem+json"),
+              (status = 409, body = Problem, content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn trigger_tenant(
+    State(state): State<AppState>,
+    PathTenant(tenant): PathTenant,
+) -> Result<impl IntoResponse, ApiError> {
+    let req = ShardRequest::TriggerTenant {
+        tenant: tenant.clone(),
+    };
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(tenant_call(&state, &tenant, req).await?),
+    ))
+}

@@ -1,0 +1,389 @@
+//! What the shard does when a wheel entry falls due: fire a job's occurrence (catch-up plan,
+//! overlap policy, outbox write, publish), publish a retry attempt whose backoff ended, or let
+//! the watchdog judge a started attempt that has not reported. Also what follows applied results
+//! (timers to arm, a buffered occurrence to release) and re-arming all of it when a shard opens.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use chronoshard_wire::{
+    from_millis, trace_id_of, JobState, ResultKind, RunStatus, Ticket, TicketResult,
+    PROTOCOL_VERSION,
+};
+use tracing::{debug, warn};
+use uuid::Uuid;
+
+use super::{
+    compile, fair, plan,
+    store::{Applied, DueRow, FireRequest, Fired, FollowUp, JobRow, StoreError},
+    watchdog, Shard, ShardError,
+};
+
+/// Delay before a fire or timer that failed (not fenced) is tried again.
+const FIRE_RETRY_MS: i64 = 1_000;
+
+/// An entry of the shard's wheel. 32 bytes, the size of the `(u128, i64)` it replaced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Timer {
+    /// A job's next occurrence; priority and a tenant tag order a storm of them.
+    Occurrence {
+        job: Uuid,
+        at: i64,
+        priority: u8,
+        tenant: u32,
+    },
+    /// A retry attempt whose backoff ends now.
+    Retry { ticket: Uuid, attempt: u32 },
+    /// The watchdog's check of a started attempt.
+    Deadline { ticket: Uuid, attempt: u32 },
+}
+
+/// A job's next occurrence, as the wheel tracks it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Due {
+    pub job: Uuid,
+    pub at: i64,
+    pub priority: u8,
+    pub tenant: u32,
+}
+
+impl Due {
+    pub fn of(job: &JobRow, at: i64) -> Due {
+        Due {
+            job: job.id,
+            at,
+            priority: job.spec.priority,
+            tenant: tenant_tag(&job.tenant),
+        }
+    }
+
+    pub fn from_row(row: &DueRow) -> Due {
+        Due {
+            job: row.id,
+            at: row.at,
+            priority: row.priority,
+            tenant: tenant_tag(&row.tenant),
+        }
+    }
+
+    pub fn timer(&self) -> Timer {
+        Timer::Occurrence {
+            job: self.job,
+            at: self.at,
+            priority: self.priority,
+            tenant: self.tenant,
+        }
+    }
+}
+
+/// A short tag for a tenant, for taking turns; two tenants sharing a tag share a turn.
+fn tenant_tag(tenant: &str) -> u32 {
+    let mut h = DefaultHasher::new();
+    tenant.hash(&mut h);
+    h.finish() as u32
+}
+
+fn fenced(e: &ShardError) -> bool {
+    matches!(e, ShardError::Store(StoreError::Fenced { .. }))
+}
+
+impl Shard {
+    /// Fires every wheel entry that is due: occurrences by priority with tenants taking turns,
+    /// then retries and watchdog checks.
+    pub(super) async fn fire_due(&mut self, now: i64) -> Result<(), ShardError> {
+        let mut due = std::mem::take(&mut self.due);
+        self.wheel.advance(now.max(0) as u64, &mut due);
+        let mut occurrences = Vec::new();
+        let mut others = Vec::new();
+        for (_, timer) in due.drain(..) {
+            match timer {
+                Timer::Occurrence {
+                    job,
+                    at,
+                    priority,
+                    tenant,
+                } => occurrences.push(Due {
+                    job,
+                    at,
+                    priority,
+                    tenant,
+                }),
+                other => others.push(other),
+            }
+        }
+        self.due = due;
+        for d in fair::fair_order(occurrences, |d| (d.priority, d.tenant)) {
+            if self.in_wheel.get(&d.job).is_some_and(|(t, _)| *t == d.at) {
+                self.in_wheel.remove(&d.job);
+            }
+            match self.fire_job(d.job, d.at, now).await {
+                Ok(()) => {}
+                Err(e) if fenced(&e) => return Err(e),
+                Err(e) => {
+                    // Nothing was written: fire the same occurrence again shortly.
+                    warn!(job_id = %d.job, error = %e, "fire failed; retrying in 1 s");
+                    self.track_at(d, now + FIRE_RETRY_MS);
+                }
+            }
+        }
+        for timer in others {
+            match self.on_timer(timer, now).await {
+                Ok(()) => {}
+                Err(e) if fenced(&e) => return Err(e),
+                Err(e) => {
+                    warn!(?timer, error = %e, "timer failed; retrying in 1 s");
+                    self.arm(now + FIRE_RETRY_MS, timer);
+                }
+            }
+        }
+        self.publish_wheel_len();
+        Ok(())
+    }
+
+    /// Fires one job's due occurrences (its catch-up plan) and tracks its next one.
+    async fn fire_job(&mut self, job_id: Uuid, at: i64, now: i64) -> Result<(), ShardError> {
+        let Some(job) = self.store.get_job(job_id).await? else {
+            return Ok(());
+        };
+        if self.paused.contains(&job.tenant) {
+            // Left as it is: resuming the tenant moves the job to its next occurrence.
+            return Ok(());
+        }
+        if job.state != JobState::Active || job.next_fire_at != Some(at) {
+            // The job changed after this entry was loaded: follow its real next occurrence.
+            if let (JobState::Active, Some(next)) = (job.state, job.next_fire_at) {
+                self.track(Due::of(&job, next));
+            }
+            return Ok(());
+        }
+        let schedule = match compile(&job) {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(job_id = %job_id, error = %e, "stored schedule no longer compiles; job left unfired");
+                return Ok(());
+            }
+        };
+        let p = plan::plan(&schedule, at, now, &job.spec.catchup);
+        let occurrences = p
+            .fire
+            .iter()
+            .map(|t| (*t, self.tickets_for(&job, *t)))
+            .collect();
+        let out = self
+            .store
+            .fire(
+                FireRequest {
+                    job_id,
+                    expected_next: Some(at),
+                    next_fire_at: p.next,
+                    not_fired: &p.not_fired,
+                    occurrences,
+                    overlap: job.spec.overlap,
+                },
+                now,
+            )
+            .await?;
+        if out.stale {
+            return Ok(());
+        }
+        for nf in &p.not_fired {
+            self.metrics.not_fired(nf.status, &nf.reason, nf.count);
+        }
+        self.count_fired(&out.occurrences, out.replaced);
+        self.dispatcher.publish(out.tickets).await;
+        if let Some(next) = p.next {
+            self.track(Due::of(&job, next));
+        }
+        Ok(())
+    }
+
+    /// Fires one occurrence of a job at `now`, outside its schedule (trigger now), under the
+    /// job's overlap policy. Returns what happened and the ticket ids written.
+    pub(super) async fn fire_now(
+        &mut self,
+        job: &JobRow,
+        now: i64,
+    ) -> Result<(Fired, Vec<Uuid>), ShardError> {
+        let tickets = self.tickets_for(job, now);
+        let out = self
+            .store
+            .fire(
+                FireRequest {
+                    job_id: job.id,
+                    expected_next: None,
+                    next_fire_at: None,
+                    not_fired: &[],
+                    occurrences: vec![(now, tickets)],
+                    overlap: job.spec.overlap,
+                },
+                now,
+            )
+            .await?;
+        self.count_fired(&out.occurrences, out.replaced);
+        let ids = out.tickets.iter().map(|t| t.ticket_id).collect();
+        self.dispatcher.publish(out.tickets).await;
+        let fired = out
+            .occurrences
+            .into_iter()
+            .next()
+            .map(|(_, f)| f)
+            .unwrap_or(Fired::Exists);
+        Ok((fired, ids))
+    }
+
+    fn count_fired(&self, occurrences: &[(i64, Fired)], replaced: u64) {
+        for (_, f) in occurrences {
+            match f {
+                Fired::Ticketed => self.metrics.fires.inc(),
+                Fired::Skipped(reason) => self.metrics.not_fired(RunStatus::Skipped, reason, 1),
+                Fired::Buffered | Fired::Exists => {}
+            }
+        }
+        self.metrics.replaced.inc_by(replaced);
+    }
+
+    /// One ticket per item of the occurrence at `at`, first attempt.
+    pub(super) fn tickets_for(&self, job: &JobRow, at: i64) -> Vec<Ticket> {
+        let items = job.spec.shard_items.max(1);
+        (0..items)
+            .map(|item| {
+                let ticket_id = Uuid::now_v7();
+                Ticket {
+                    v: PROTOCOL_VERSION,
+                    ticket_id,
+                    job_id: job.id,
+                    tenant: job.tenant.clone(),
+                    shard: self.ctx.shard,
+                    epoch: self.ctx.epoch,
+                    scheduled_at: from_millis(at),
+                    attempt: 1,
+                    item,
+                    items,
+                    queue: job.spec.target.queue().to_string(),
+                    target: job.spec.target.clone(),
+                    payload: job.spec.payload.clone(),
+                    timeout_ms: job.spec.timeout.as_millis() as u64,
+                    priority: job.spec.priority,
+                    trace_id: trace_id_of(ticket_id),
+                }
+            })
+            .collect()
+    }
+
+    /// A retry whose backoff ended, or a watchdog check.
+    async fn on_timer(&mut self, timer: Timer, now: i64) -> Result<(), ShardError> {
+        match timer {
+            Timer::Occurrence { .. } => Ok(()),
+            Timer::Retry { ticket, attempt } => {
+                // Gone when the attempt was replaced, replayed or published by the outbox scan.
+                if let Some(t) = self.store.pending_attempt(ticket, attempt).await? {
+                    self.dispatcher.publish(vec![t]).await;
+                }
+                Ok(())
+            }
+            Timer::Deadline { ticket, attempt } => {
+                let Some(open) = self.store.open_attempt(ticket, attempt).await? else {
+                    return Ok(());
+                };
+                // Not started: the delivery is JetStream's to repeat, not the watchdog's.
+                let Some(started) = open.started_at else {
+                    return Ok(());
+                };
+                match watchdog::verdict(started, open.progress_at, open.timeout_ms, now) {
+                    watchdog::Verdict::WaitUntil(at) => self.arm(at, timer),
+                    watchdog::Verdict::Lost(reason) => {
+                        let lost = TicketResult {
+                            v: PROTOCOL_VERSION,
+                            ticket_id: ticket,
+                            attempt,
+                            shard: self.ctx.shard,
+                            kind: ResultKind::Failed,
+                            worker: "watchdog".into(),
+                            at: from_millis(now),
+                            error: Some(reason.clone()),
+                            http_status: None,
+                        };
+                        let applied = self.store.apply_results(&[lost], now).await?;
+                        if applied.changed > 0 {
+                            warn!(ticket_id = %ticket, attempt, %reason, "attempt lost");
+                            self.metrics.lost.inc();
+                        }
+                        self.follow(applied, now).await?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Arms the timers applied results call for and releases buffered occurrences.
+    pub(super) async fn follow(&mut self, applied: Applied, now: i64) -> Result<(), ShardError> {
+        self.metrics.dead.inc_by(applied.dead as u64);
+        for f in applied.follow_ups {
+            match f {
+                FollowUp::Retry {
+                    ticket,
+                    attempt,
+                    at,
+                } => {
+                    self.metrics.retries.inc();
+                    self.arm(at, Timer::Retry { ticket, attempt });
+                }
+                FollowUp::Started {
+                    ticket,
+                    attempt,
+                    started_at,
+                    timeout_ms,
+                } => self.arm(
+                    watchdog::first_check(started_at, timeout_ms),
+                    Timer::Deadline { ticket, attempt },
+                ),
+                FollowUp::RunEnded { job } => self.release_buffered(job, now).await?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Fires a `buffer_one` job's buffered occurrence if its active run has ended.
+    async fn release_buffered(&mut self, job_id: Uuid, now: i64) -> Result<(), ShardError> {
+        let Some(job) = self.store.get_job(job_id).await? else {
+            return Ok(());
+        };
+        if job.buffered_at.is_none() {
+            return Ok(());
+        }
+        let tickets = self
+            .store
+            .release_buffered(job_id, |at| self.tickets_for(&job, at), now)
+            .await?;
+        if !tickets.is_empty() {
+            debug!(job_id = %job_id, "buffered occurrence released");
+            self.metrics.fires.inc();
+            self.dispatcher.publish(tickets).await;
+        }
+        Ok(())
+    }
+
+    /// Re-arms what an earlier owner left open: retry timers of attempts still in their backoff,
+    /// watchdog checks of started attempts, buffered occurrences whose run ended meanwhile.
+    /// Retries already due are the dispatcher's outbox scan's to publish.
+    pub(super) async fn recover(&mut self, now: i64) -> Result<(), ShardError> {
+        self.paused = self.store.paused_tenants().await?.into_iter().collect();
+        for a in self.store.open_attempts().await? {
+            let (ticket, attempt) = (a.ticket, a.attempt);
+            match (a.published_at, a.started_at, a.not_before) {
+                (_, Some(started), _) => self.arm(
+                    watchdog::first_check(started, a.timeout_ms),
+                    Timer::Deadline { ticket, attempt },
+                ),
+                (None, None, Some(at)) if at > now => {
+                    self.arm(at, Timer::Retry { ticket, attempt })
+                }
+                _ => {}
+            }
+        }
+        for job in self.store.jobs_with_buffered().await? {
+            self.release_buffered(job, now).await?;
+        }
+        Ok(())
+    }
+}

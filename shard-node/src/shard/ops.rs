@@ -1,0 +1,112 @@
+//! Writes beyond a single job, applied in the shard loop: tenant-wide pause, resume and trigger,
+//! and the replay of a dead letter.
+
+use chronoshard_wire::rpc::{RpcError, RpcErrorCode, ShardReply};
+use tracing::info;
+use uuid::Uuid;
+
+use super::{
+    compile,
+    fire::Due,
+    first_occurrence,
+    rpc::{conflict, not_found},
+    store::{Fired, Replay},
+    Shard, ShardError,
+};
+
+impl Shard {
+    pub(super) async fn pause_tenant(
+        &mut self,
+        tenant: &str,
+        now: i64,
+    ) -> Result<ShardReply, ShardError> {
+        if self.store.pause_tenant(tenant, now).await? {
+            info!(tenant, "tenant paused");
+        }
+        // The tenant's wheel entries stay; they fire nothing while it is paused (`fire_job`).
+        self.paused.insert(tenant.to_string());
+        self.tenant_reply(tenant, None).await
+    }
+
+    /// Resumes a tenant: each active job continues from its first occurrence after now, as a
+    /// resumed job does (no catch-up for the paused time).
+    pub(super) async fn resume_tenant(
+        &mut self,
+        tenant: &str,
+        now: i64,
+    ) -> Result<ShardReply, ShardError> {
+        if self.store.resume_tenant(tenant).await? {
+            info!(tenant, "tenant resumed");
+        }
+        self.paused.remove(tenant);
+        for mut job in self.store.active_jobs_of(tenant).await? {
+            if job.next_fire_at.is_some_and(|at| at < now) {
+                let Ok(schedule) = compile(&job) else {
+                    continue;
+                };
+                job.next_fire_at = first_occurrence(&schedule, now);
+                if job.next_fire_at.is_none() {
+                    job.state = chronoshard_wire::JobState::Completed;
+                }
+                job.updated_at = now;
+                self.store.update_job(&job).await?;
+            }
+            match job.next_fire_at {
+                Some(at) => self.track(Due::of(&job, at)),
+                None => self.untrack(job.id),
+            }
+        }
+        self.tenant_reply(tenant, None).await
+    }
+
+    /// Fires every active job of the tenant once, now, each under its overlap policy.
+    pub(super) async fn trigger_tenant(
+        &mut self,
+        tenant: &str,
+        now: i64,
+    ) -> Result<ShardReply, ShardError> {
+        if self.paused.contains(tenant) {
+            return Ok(conflict("the tenant is paused: resume it first"));
+        }
+        let mut fired = 0;
+        for job in self.store.active_jobs_of(tenant).await? {
+            if let (Fired::Ticketed, _) = self.fire_now(&job, now).await? {
+                fired += 1;
+            }
+        }
+        self.tenant_reply(tenant, Some(fired)).await
+    }
+
+    async fn tenant_reply(
+        &self,
+        tenant: &str,
+        triggered: Option<u64>,
+    ) -> Result<ShardReply, ShardError> {
+        let mut view = self.store.tenant(tenant).await?;
+        view.triggered = triggered;
+        Ok(ShardReply::Tenant { tenant: view })
+    }
+
+    /// Publishes a dead letter again as its next attempt.
+    pub(super) async fn replay(
+        &mut self,
+        ticket: Uuid,
+        now: i64,
+    ) -> Result<ShardReply, ShardError> {
+        match self.store.replay(ticket, now).await? {
+            Replay::NotFound => Ok(not_found("ticket")),
+            Replay::NotDead => Ok(ShardReply::Error(RpcError::new(
+                RpcErrorCode::Conflict,
+                "the ticket is not a dead letter",
+            ))),
+            Replay::Replayed(t) => {
+                info!(ticket_id = %ticket, attempt = t.attempt, "dead letter replayed");
+                self.dispatcher.publish(vec![*t]).await;
+                match self.store.ticket(ticket).await? {
+                    Some(view) => Ok(ShardReply::Ticket { ticket: view }),
+                    None => Ok(not_found("ticket")),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,425 @@
+//! Worker results and what follows from them: attempt and ticket status, the next attempt of a
+//! failed ticket (retry policy) or its dead letter, the run's status, and the replay of a dead
+//! letter. Each result is applied at most once: every update is conditioned on the attempt's
+//! state, so a re-sent or redelivered result changes nothing.
+//!
+//! The store decides retries because the next attempt must be written in the same transaction
+//! as the failure; the shard loop only arms the timers the returned `FollowUp`s name.
+
+use chronoshard_wire::{JobSpec, ResultKind, RunStatus, Ticket, TicketResult};
+use sqlx::{Row, Sqlite, Transaction};
+use uuid::Uuid;
+
+use super::{
+    tickets::ticket_json,
+    views::{run_status, status_of, ticket_from_json},
+    Result, Store, StoreError,
+};
+use crate::shard::retry;
+
+/// Timeout of tickets written before the column existed.
+const DEFAULT_TIMEOUT_MS: i64 = 30_000;
+
+/// Something the shard loop must do after results were applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FollowUp {
+    /// Publish this attempt of a ticket at `at` (its retry backoff ends then).
+    Retry { ticket: Uuid, attempt: u32, at: i64 },
+    /// An attempt started: the watchdog checks it for a result.
+    Started {
+        ticket: Uuid,
+        attempt: u32,
+        started_at: i64,
+        timeout_ms: i64,
+    },
+    /// A run of the job ended: a buffered occurrence may fire now.
+    RunEnded { job: Uuid },
+}
+
+/// What `apply_results` did.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// Results that changed something (re-sent ones do not).
+    pub changed: usize,
+    /// Attempts that failed for good: their tickets are dead letters now.
+    pub dead: usize,
+    pub follow_ups: Vec<FollowUp>,
+}
+
+/// An attempt without a final result, as the watchdog and the loader see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenAttempt {
+    pub ticket: Uuid,
+    pub attempt: u32,
+    pub not_before: Option<i64>,
+    pub published_at: Option<i64>,
+    pub started_at: Option<i64>,
+    pub progress_at: Option<i64>,
+    pub timeout_ms: i64,
+}
+
+/// The answer to a replay request.
+#[derive(Debug)]
+pub enum Replay {
+    NotFound,
+    /// The ticket is not a dead letter (never was, or was replayed already).
+    NotDead,
+    /// The next attempt, written: publish it.
+    Replayed(Box<Ticket>),
+}
+
+impl Store {
+    /// Applies worker results in one transaction.
+    pub async fn apply_results(&self, results: &[TicketResult], now: i64) -> Result<Applied> {
+        let mut tx = self.write().await?;
+        let mut out = Applied::default();
+        for r in results {
+            apply_one(&mut tx, r, now, &mut out).await?;
+        }
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    /// Attempts that have no final result yet, oldest first: armed as retry and watchdog timers
+    /// when the shard opens.
+    pub async fn open_attempts(&self) -> Result<Vec<OpenAttempt>> {
+        let rows = sqlx::query(
+            "SELECT a.ticket_id, a.attempt, a.not_before, a.published_at, a.started_at, a.heartbeat_at, t.timeout_ms \
+             FROM attempts a JOIN tickets t ON t.id = a.ticket_id AND t.attempt = a.attempt \
+             WHERE a.finished_at IS NULL ORDER BY a.created_at",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(open_from_row).collect()
+    }
+
+    /// One attempt if it is still the ticket's current one and has no final result.
+    pub async fn open_attempt(&self, ticket: Uuid, attempt: u32) -> Result<Option<OpenAttempt>> {
+        let row = sqlx::query(
+            "SELECT a.ticket_id, a.attempt, a.not_before, a.published_at, a.started_at, a.heartbeat_at, t.timeout_ms \
+             FROM attempts a JOIN tickets t ON t.id = a.ticket_id AND t.attempt = a.attempt \
+             WHERE a.ticket_id = ? AND a.attempt = ? AND a.finished_at IS NULL",
+        )
+        .bind(ticket.to_string())
+        .bind(attempt as i64)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(open_from_row).transpose()
+    }
+
+    /// The ticket as its current attempt is published, if that attempt is `attempt`, is not
+    /// published yet and has no result: what a retry timer publishes.
+    pub async fn pending_attempt(&self, ticket: Uuid, attempt: u32) -> Result<Option<Ticket>> {
+        let body: Option<String> = sqlx::query_scalar(
+            "SELECT t.body FROM tickets t JOIN attempts a ON a.ticket_id = t.id AND a.attempt = t.attempt \
+             WHERE t.id = ? AND t.attempt = ? AND a.published_at IS NULL AND a.finished_at IS NULL",
+        )
+        .bind(ticket.to_string())
+        .bind(attempt as i64)
+        .fetch_optional(&self.pool)
+        .await?;
+        body.as_deref().map(ticket_from_json).transpose()
+    }
+
+    /// Takes a dead letter out of the dead-letter list and writes its next attempt, with the
+    /// job's retry budget counted afresh from it.
+    pub async fn replay(&self, ticket: Uuid, now: i64) -> Result<Replay> {
+        let mut tx = self.write().await?;
+        let tid = ticket.to_string();
+        let row = sqlx::query("SELECT attempt, body, dead_at FROM tickets WHERE id = ?")
+            .bind(&tid)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(row) = row else {
+            return Ok(Replay::NotFound);
+        };
+        if row.try_get::<Option<i64>, _>("dead_at")?.is_none() {
+            return Ok(Replay::NotDead);
+        }
+        let made: i64 = row.try_get("attempt")?;
+        let mut t = ticket_from_json(&row.try_get::<String, _>("body")?)?;
+        t.attempt = made as u32 + 1;
+        sqlx::query(
+            "UPDATE tickets SET attempt = ?, attempt_base = ?, status = 'dispatched', dead_at = NULL, \
+             body = ?, updated_at = ? WHERE id = ?",
+        )
+        .bind(t.attempt as i64)
+        .bind(made)
+        .bind(ticket_json(&t)?)
+        .bind(now)
+        .bind(&tid)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO attempts (ticket_id, attempt, status, created_at) VALUES (?, ?, 'dispatched', ?)",
+        )
+        .bind(&tid)
+        .bind(t.attempt as i64)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        sync_run(&mut tx, &tid, None, now).await?;
+        tx.commit().await?;
+        Ok(Replay::Replayed(Box::new(t)))
+    }
+}
+
+fn open_from_row(r: &sqlx::sqlite::SqliteRow) -> Result<OpenAttempt> {
+    Ok(OpenAttempt {
+        ticket: super::parse_uuid(&r.try_get::<String, _>("ticket_id")?)?,
+        attempt: r.try_get::<i64, _>("attempt")? as u32,
+        not_before: r.try_get("not_before")?,
+        published_at: r.try_get("published_at")?,
+        started_at: r.try_get("started_at")?,
+        progress_at: r.try_get("heartbeat_at")?,
+        timeout_ms: r
+            .try_get::<Option<i64>, _>("timeout_ms")?
+            .unwrap_or(DEFAULT_TIMEOUT_MS),
+    })
+}
+
+async fn apply_one(
+    tx: &mut Transaction<'static, Sqlite>,
+    r: &TicketResult,
+    now: i64,
+    out: &mut Applied,
+) -> Result<()> {
+    let tid = r.ticket_id.to_string();
+    let at = r.at.timestamp_millis();
+    match r.kind {
+        ResultKind::Progress => {
+            sqlx::query(
+                "UPDATE attempts SET heartbeat_at = MAX(COALESCE(heartbeat_at, 0), ?) \
+                 WHERE ticket_id = ? AND attempt = ? AND finished_at IS NULL",
+            )
+            .bind(at)
+            .bind(&tid)
+            .bind(r.attempt as i64)
+            .execute(&mut **tx)
+            .await?;
+            Ok(())
+        }
+        ResultKind::Started => {
+            let n = sqlx::query(
+                "UPDATE attempts SET started_at = ?, worker = ?, status = 'running' \
+                 WHERE ticket_id = ? AND attempt = ? AND started_at IS NULL AND finished_at IS NULL",
+            )
+            .bind(at)
+            .bind(&r.worker)
+            .bind(&tid)
+            .bind(r.attempt as i64)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
+            if n == 0 {
+                // A start reported after the end (reports of one attempt can cross) is still
+                // worth recording; it changes no status.
+                sqlx::query(
+                    "UPDATE attempts SET started_at = ?, worker = COALESCE(worker, ?) \
+                     WHERE ticket_id = ? AND attempt = ? AND started_at IS NULL",
+                )
+                .bind(at)
+                .bind(&r.worker)
+                .bind(&tid)
+                .bind(r.attempt as i64)
+                .execute(&mut **tx)
+                .await?;
+                return Ok(());
+            }
+            out.changed += 1;
+            let timeout: Option<i64> =
+                sqlx::query_scalar("SELECT timeout_ms FROM tickets WHERE id = ?")
+                    .bind(&tid)
+                    .fetch_optional(&mut **tx)
+                    .await?
+                    .flatten();
+            out.follow_ups.push(FollowUp::Started {
+                ticket: r.ticket_id,
+                attempt: r.attempt,
+                started_at: at,
+                timeout_ms: timeout.unwrap_or(DEFAULT_TIMEOUT_MS),
+            });
+            follow_attempt(tx, &tid, r.attempt, now).await?;
+            sync_run(tx, &tid, None, now).await?;
+            Ok(())
+        }
+        ResultKind::Succeeded | ResultKind::Failed => {
+            let status = r.kind.as_str();
+            let n = sqlx::query(
+                "UPDATE attempts SET finished_at = ?, status = ?, worker = ?, error = ?, http_status = ?, \
+                 published_at = COALESCE(published_at, ?) \
+                 WHERE ticket_id = ? AND attempt = ? AND finished_at IS NULL",
+            )
+            .bind(at)
+            .bind(status)
+            .bind(&r.worker)
+            .bind(&r.error)
+            .bind(r.http_status.map(i64::from))
+            .bind(now)
+            .bind(&tid)
+            .bind(r.attempt as i64)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
+            if n == 0 {
+                return Ok(());
+            }
+            out.changed += 1;
+            if r.kind == ResultKind::Failed {
+                after_failure(tx, r, now, out).await?;
+            } else {
+                follow_attempt(tx, &tid, r.attempt, now).await?;
+            }
+            if let Some(job) = sync_run(tx, &tid, r.error.as_deref(), now).await? {
+                out.follow_ups.push(FollowUp::RunEnded { job });
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The ticket takes its current attempt's status.
+async fn follow_attempt(
+    tx: &mut Transaction<'static, Sqlite>,
+    tid: &str,
+    attempt: u32,
+    now: i64,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE tickets SET status = (SELECT status FROM attempts a WHERE a.ticket_id = tickets.id \
+         AND a.attempt = tickets.attempt), updated_at = ? WHERE id = ? AND attempt = ?",
+    )
+    .bind(now)
+    .bind(tid)
+    .bind(attempt as i64)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// A failed current attempt: write the next one if the retry policy allows, else the ticket is a
+/// dead letter. A failure of an attempt that is no longer current (replaced, or lost and retried
+/// already) changes only that attempt. Tickets of a deleted job are not retried.
+async fn after_failure(
+    tx: &mut Transaction<'static, Sqlite>,
+    r: &TicketResult,
+    now: i64,
+    out: &mut Applied,
+) -> Result<()> {
+    let tid = r.ticket_id.to_string();
+    let row = sqlx::query(
+        "SELECT t.attempt, t.attempt_base, t.body, j.spec, j.state FROM tickets t \
+         LEFT JOIN jobs j ON j.id = t.job_id WHERE t.id = ?",
+    )
+    .bind(&tid)
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some(row) = row else { return Ok(()) };
+    let current: i64 = row.try_get("attempt")?;
+    if current != r.attempt as i64 {
+        return Ok(());
+    }
+    let base: i64 = row.try_get("attempt_base")?;
+    let state: Option<String> = row.try_get("state")?;
+    let spec: Option<String> = row.try_get("spec")?;
+    let spec: Option<JobSpec> = spec
+        .map(|s| serde_json::from_str(&s))
+        .transpose()
+        .map_err(|e| StoreError::Corrupt(format!("job spec: {e}")))?;
+    let made = (current - base).max(1) as u32;
+    match (spec, state.as_deref()) {
+        (Some(spec), Some(state)) if state != "deleted" => {
+            if retry::allows_another(&spec.retry, made) {
+                let delay =
+                    retry::delay(&spec.retry, made, retry::jitter_of(r.ticket_id, r.attempt));
+                let at = now + delay.as_millis() as i64;
+                let mut t = ticket_from_json(&row.try_get::<String, _>("body")?)?;
+                t.attempt = r.attempt + 1;
+                sqlx::query(
+                    "INSERT INTO attempts (ticket_id, attempt, status, created_at, not_before) \
+                     VALUES (?, ?, 'retrying', ?, ?) ON CONFLICT DO NOTHING",
+                )
+                .bind(&tid)
+                .bind(t.attempt as i64)
+                .bind(now)
+                .bind(at)
+                .execute(&mut **tx)
+                .await?;
+                sqlx::query(
+                    "UPDATE tickets SET attempt = ?, status = 'retrying', body = ?, updated_at = ? WHERE id = ?",
+                )
+                .bind(t.attempt as i64)
+                .bind(ticket_json(&t)?)
+                .bind(now)
+                .bind(&tid)
+                .execute(&mut **tx)
+                .await?;
+                out.follow_ups.push(FollowUp::Retry {
+                    ticket: r.ticket_id,
+                    attempt: t.attempt,
+                    at,
+                });
+            } else {
+                sqlx::query(
+                    "UPDATE tickets SET status = 'dead', dead_at = ?, updated_at = ? WHERE id = ?",
+                )
+                .bind(now)
+                .bind(now)
+                .bind(&tid)
+                .execute(&mut **tx)
+                .await?;
+                out.dead += 1;
+            }
+        }
+        _ => follow_attempt(tx, &tid, r.attempt, now).await?,
+    }
+    Ok(())
+}
+
+/// Sets the status (and attempt count) of the run a ticket belongs to from all its item tickets.
+/// Returns the job when the run has ended.
+async fn sync_run(
+    tx: &mut Transaction<'static, Sqlite>,
+    tid: &str,
+    error: Option<&str>,
+    now: i64,
+) -> Result<Option<Uuid>> {
+    let row = sqlx::query("SELECT job_id, scheduled_at FROM tickets WHERE id = ?")
+        .bind(tid)
+        .fetch_optional(&mut **tx)
+        .await?;
+    let Some(row) = row else { return Ok(None) };
+    let (job, sched): (String, i64) = (row.try_get("job_id")?, row.try_get("scheduled_at")?);
+    let items =
+        sqlx::query("SELECT status, attempt FROM tickets WHERE job_id = ? AND scheduled_at = ?")
+            .bind(&job)
+            .bind(sched)
+            .fetch_all(&mut **tx)
+            .await?;
+    let mut statuses = Vec::with_capacity(items.len());
+    let mut attempts = 0i64;
+    for i in &items {
+        statuses.push(status_of(&i.try_get::<String, _>("status")?)?);
+        attempts = attempts.max(i.try_get("attempt")?);
+    }
+    let status = run_status(&statuses);
+    let failed = matches!(status, RunStatus::Failed | RunStatus::Dead);
+    sqlx::query(
+        "UPDATE runs SET status = ?, attempts = ?, reason = CASE WHEN ? THEN COALESCE(?, reason) ELSE NULL END, \
+         updated_at = ? WHERE job_id = ? AND scheduled_at = ?",
+    )
+    .bind(status.as_str())
+    .bind(attempts)
+    .bind(failed)
+    .bind(error)
+    .bind(now)
+    .bind(&job)
+    .bind(sched)
+    .execute(&mut **tx)
+    .await?;
+    if status.is_final() {
+        Ok(Some(super::parse_uuid(&job)?))
+    } else {
+        Ok(None)
+    }
+}
