@@ -47,6 +47,43 @@ ensure_nats_server() {
   export CHRONOSHARD_NATS_SERVER="$TOOLS/pip/bin/nats-server"
 }
 
+# PostgreSQL server binaries for the tests (each test that needs one starts its own server in a
+# temp dir, as the `postgres` user when run as root). Order: $CHRONOSHARD_PG_BIN, initdb on PATH,
+# /usr/lib/postgresql/<version>/bin, else Debian's `postgresql` package. The package may start
+# its own cluster on the machine; the tests never use or touch it.
+pg_bin_dir() {
+  if [ -n "${CHRONOSHARD_PG_BIN:-}" ] && [ -x "$CHRONOSHARD_PG_BIN/initdb" ]; then
+    echo "$CHRONOSHARD_PG_BIN"; return 0
+  fi
+  local initdb
+  initdb=$(command -v initdb || true)
+  if [ -n "$initdb" ]; then
+    dirname "$(readlink -f "$initdb")"; return 0
+  fi
+  local newest
+  newest=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1)
+  [ -n "$newest" ] && [ -x "$newest/initdb" ] && { echo "$newest"; return 0; }
+  return 1
+}
+
+ensure_postgres() {
+  local dir
+  if dir=$(pg_bin_dir) && { [ "$(id -u)" -ne 0 ] || id postgres >/dev/null 2>&1; }; then
+    export CHRONOSHARD_PG_BIN="$dir"
+    return 0
+  fi
+  echo "installing PostgreSQL server binaries (Debian package postgresql) for the tests" >&2
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "error: need PostgreSQL server binaries (initdb, postgres); install them or set CHRONOSHARD_PG_BIN" >&2
+    return 1
+  fi
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql >/dev/null
+  dir=$(pg_bin_dir) || { echo "error: postgresql installed but initdb not found" >&2; return 1; }
+  export CHRONOSHARD_PG_BIN="$dir"
+}
+
 ensure_cargo() {
   if ! command -v cargo >/dev/null 2>&1; then
     [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Runs every check and test: formatting, clippy, and the whole test suite with real components
-# (each test starts its own nats-server on a free port with a temp store).
+# (each test starts its own nats-server on a free port with a temp store; the Postgres tests start
+# their own PostgreSQL server in a temp dir).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 ensure_cargo
 ensure_nats_server
 echo "using nats-server: $CHRONOSHARD_NATS_SERVER ($("$CHRONOSHARD_NATS_SERVER" --version))"
+ensure_postgres
+echo "using PostgreSQL binaries: $CHRONOSHARD_PG_BIN ($("$CHRONOSHARD_PG_BIN/postgres" --version))"
 cd "$ROOT"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -33,6 +33,8 @@ pub struct DevOptions {
     /// Shards of a new data dir; an existing one keeps its count.
     pub shards: u32,
     pub shard: ShardConfig,
+    /// Shard databases in this Postgres database (a schema each) instead of SQLite files.
+    pub postgres: Option<String>,
 }
 
 impl DevOptions {
@@ -45,6 +47,7 @@ impl DevOptions {
             token: None,
             shards: 8,
             shard: ShardConfig::default(),
+            postgres: None,
         }
     }
 }
@@ -107,7 +110,10 @@ impl Platform {
         for i in 1..=opts.shard_nodes {
             let node = NodeOptions {
                 node_id: format!("node-{i}"),
-                data_dir: opts.data.join("shards"),
+                databases: match &opts.postgres {
+                    Some(url) => chronoshard_shard_node::Databases::Postgres(url.clone()),
+                    None => chronoshard_shard_node::Databases::Sqlite(opts.data.join("shards")),
+                },
                 shard: opts.shard.clone(),
             };
             let (_, task) =

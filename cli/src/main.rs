@@ -38,6 +38,10 @@ enum Command {
         /// Shard count of a new data directory.
         #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
         shards: u32,
+        /// Keep the shard databases in this PostgreSQL database (one schema per shard, e.g.
+        /// `postgres://user@127.0.0.1:5432/chronoshard`) instead of SQLite files under DATA.
+        #[arg(long, env = "CHRONOSHARD_POSTGRES")]
+        postgres: Option<String>,
     },
 }
 
@@ -55,6 +59,7 @@ async fn main() -> anyhow::Result<()> {
             workers,
             token,
             shards,
+            postgres,
         } => {
             let mut opts = DevOptions::new(data);
             opts.http = http;
@@ -62,6 +67,7 @@ async fn main() -> anyhow::Result<()> {
             opts.workers = workers as usize;
             opts.token = token;
             opts.shards = shards;
+            opts.postgres = postgres;
             let data = opts.data.clone();
             let platform = Platform::start(opts).await?;
             println!("chronoshard dev is ready");

@@ -14,4 +14,4 @@ pub mod node;
 pub mod shard;
 
 pub use node::{Handle, Options, ShardNode};
-pub use shard::ShardConfig;
+pub use shard::{store::Databases, ShardConfig};

@@ -1,7 +1,7 @@
 //! The shard node: registers itself, follows the shard map, and runs exactly the shards the map
 //! gives it, each under the epoch written there. It decides nothing about ownership itself.
 
-use std::{collections::HashMap, path::PathBuf, sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use chronoshard_cluster::{Cluster, HEARTBEAT_EVERY};
 use chronoshard_wire::rpc::{NodeInfo, ShardAssignment};
@@ -12,7 +12,7 @@ use tracing::{info, warn, Instrument};
 
 use crate::{
     clock::{SharedClock, SystemClock},
-    shard::{self, ShardConfig, ShardContext},
+    shard::{self, store::Databases, ShardConfig, ShardContext},
 };
 
 /// How to run a shard node.
@@ -20,8 +20,8 @@ use crate::{
 pub struct Options {
     /// Stable id: shard assignments follow it across restarts.
     pub node_id: String,
-    /// Shard databases live at `<data_dir>/shard-<id>.db`.
-    pub data_dir: PathBuf,
+    /// Where the shard databases live (SQLite files in a directory, or Postgres schemas).
+    pub databases: Databases,
     pub shard: ShardConfig,
 }
 
@@ -198,7 +198,7 @@ impl Node {
                 shard,
                 epoch,
                 node_id: self.opts.node_id.clone(),
-                db_path: self.opts.data_dir.join(format!("shard-{shard}.db")),
+                databases: self.opts.databases.clone(),
                 config: self.opts.shard.clone(),
                 cluster: self.cluster.clone(),
                 clock: self.clock.clone(),

@@ -1,6 +1,6 @@
 //! Test fixtures with real components: a nats-server with JetStream on a free port and a temp
-//! store (killed on drop), an HTTP sink that records what executors send, and waiting for a
-//! condition with a deadline instead of sleeping.
+//! store (killed on drop), a PostgreSQL server of its own (`postgres`), an HTTP sink that records
+//! what executors send, and waiting for a condition with a deadline instead of sleeping.
 //!
 //! Fixtures start their own servers; they never use or touch services the machine already runs.
 
@@ -13,6 +13,9 @@ use std::{
 };
 
 use axum::{extract::State, http::StatusCode, routing::any, Router};
+
+mod postgres;
+pub use postgres::Postgres;
 
 /// A nats-server with JetStream, started for one test.
 #[derive(Debug)]

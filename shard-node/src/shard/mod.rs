@@ -20,7 +20,6 @@ pub mod watchdog;
 
 use std::{
     collections::{HashMap, HashSet},
-    path::PathBuf,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
@@ -68,7 +67,7 @@ pub struct ShardContext {
     pub shard: u32,
     pub epoch: u64,
     pub node_id: String,
-    pub db_path: PathBuf,
+    pub databases: store::Databases,
     pub config: ShardConfig,
     pub cluster: chronoshard_cluster::Cluster,
     pub clock: SharedClock,
@@ -106,7 +105,7 @@ pub async fn run(ctx: ShardContext, cancel: CancellationToken) -> Result<(), Sha
 
 async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), ShardError> {
     let now = ctx.clock.now_ms();
-    let store = Store::open(&ctx.db_path, ctx.shard, ctx.epoch, &ctx.node_id, now).await?;
+    let store = Store::open(&ctx.databases, ctx.shard, ctx.epoch, &ctx.node_id, now).await?;
     // Child token: a fenced store or a failed task stops the whole shard, not the node.
     let stop = cancel.child_token();
     let wheel_len = Arc::new(AtomicU64::new(0));

@@ -43,7 +43,7 @@ pub struct DueRow {
     pub tenant: String,
 }
 
-fn job_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<JobRow> {
+fn job_from_row(row: &sqlx::any::AnyRow) -> Result<JobRow> {
     let spec: String = row.try_get("spec")?;
     let state: String = row.try_get("state")?;
     Ok(JobRow {
@@ -72,14 +72,15 @@ impl Store {
         let mut tx = self.write().await?;
         // The same job id again is a retried request; the same key again is a repeated one.
         // Either way, answer with what the first one created.
-        let by_id = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?");
+        let by_id = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1");
         let mut earlier = sqlx::query(&by_id)
             .bind(job.id.to_string())
             .fetch_optional(&mut *tx)
             .await?;
         if let (None, Some(key)) = (&earlier, idempotency_key) {
-            let by_key =
-                format!("SELECT {JOB_COLUMNS} FROM jobs WHERE tenant = ? AND idempotency_key = ?");
+            let by_key = format!(
+                "SELECT {JOB_COLUMNS} FROM jobs WHERE tenant = $1 AND idempotency_key = $2"
+            );
             earlier = sqlx::query(&by_key)
                 .bind(&job.tenant)
                 .bind(key)
@@ -96,7 +97,7 @@ impl Store {
         }
         sqlx::query(
             "INSERT INTO jobs (id, tenant, spec, state, created_at, updated_at, anchor_at, next_fire_at, idempotency_key, priority) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .bind(job.id.to_string())
         .bind(&job.tenant)
@@ -115,7 +116,7 @@ impl Store {
     }
 
     pub async fn get_job(&self, id: Uuid) -> Result<Option<JobRow>> {
-        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?");
+        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1");
         let row = sqlx::query(&sql)
             .bind(id.to_string())
             .fetch_optional(&self.pool)
@@ -132,8 +133,8 @@ impl Store {
         limit: u32,
     ) -> Result<Vec<JobRow>> {
         let sql = format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE state != 'deleted' AND (? IS NULL OR tenant = ?) \
-             AND id > ? ORDER BY id LIMIT ?"
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE state != 'deleted' AND ($1 IS NULL OR tenant = $2) \
+             AND id > $3 ORDER BY id LIMIT $4"
         );
         let after = after.map(|u| u.to_string()).unwrap_or_default();
         let rows = sqlx::query(&sql)
@@ -149,7 +150,7 @@ impl Store {
     /// Replaces a job's spec, state and next occurrence. Returns false when the job is gone.
     pub async fn update_job(&self, job: &JobRow) -> Result<bool> {
         let mut tx = self.write().await?;
-        let n = sqlx::query("UPDATE jobs SET spec = ?, state = ?, next_fire_at = ?, updated_at = ?, anchor_at = ?, priority = ? WHERE id = ?")
+        let n = sqlx::query("UPDATE jobs SET spec = $1, state = $2, next_fire_at = $3, updated_at = $4, anchor_at = $5, priority = $6 WHERE id = $7")
             .bind(serde_json::to_string(&job.spec).map_err(|e| StoreError::Corrupt(e.to_string()))?)
             .bind(job.state.as_str())
             .bind(job.next_fire_at)
@@ -169,7 +170,7 @@ impl Store {
     pub async fn due_jobs(&self, after: Option<i64>, until: i64) -> Result<Vec<DueRow>> {
         let rows = sqlx::query(
             "SELECT id, next_fire_at, priority, tenant FROM jobs WHERE next_fire_at IS NOT NULL AND state = 'active' \
-             AND next_fire_at > ? AND next_fire_at <= ? \
+             AND next_fire_at > $1 AND next_fire_at <= $2 \
              AND tenant NOT IN (SELECT tenant FROM paused_tenants) ORDER BY next_fire_at",
         )
         .bind(after.unwrap_or(i64::MIN))
@@ -191,7 +192,7 @@ impl Store {
     /// A tenant's active jobs, for tenant-wide resume and trigger.
     pub async fn active_jobs_of(&self, tenant: &str) -> Result<Vec<JobRow>> {
         let sql = format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE tenant = ? AND state = 'active' ORDER BY id"
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE tenant = $1 AND state = 'active' ORDER BY id"
         );
         let rows = sqlx::query(&sql).bind(tenant).fetch_all(&self.pool).await?;
         rows.iter().map(job_from_row).collect()

@@ -1,9 +1,13 @@
-//! The shard database: one SQLite file per shard. It owns every durable fact about the shard's
-//! jobs, occurrences, tickets and attempts, and enforces the two invariants the rest of the node
-//! relies on: one ticket per occurrence item (unique keys), and writes only by the current owner
-//! (every write transaction starts by checking the epoch in `shard_meta`).
+//! The shard database: one SQLite file per shard on one machine, or one Postgres schema per shard
+//! when nodes on several machines must reach every shard. It owns every durable fact about the
+//! shard's jobs, occurrences, tickets and attempts, and enforces the two invariants the rest of the
+//! node relies on: one ticket per occurrence item (unique keys), and writes only by the current
+//! owner (every write transaction starts by checking the epoch in `shard_meta`).
 //!
-//! It must not know about NATS, the wheel or the clock: callers pass `now`.
+//! One set of queries serves both backends through sqlx's `Any` driver: placeholders are `$n`
+//! (SQLite reads them by number too), integers are 64-bit, and nothing backend-specific is used
+//! outside the two migration folders. It must not know about NATS, the wheel or the clock:
+//! callers pass `now`.
 
 mod jobs;
 mod results;
@@ -11,11 +15,11 @@ mod tenants;
 mod tickets;
 mod views;
 
-use std::{path::Path, str::FromStr, time::Duration};
+use std::path::PathBuf;
 
 use sqlx::{
-    sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous},
-    Sqlite, SqlitePool, Transaction,
+    any::{AnyConnectOptions, AnyPoolOptions},
+    Any, AnyPool, Connection, Executor, Transaction,
 };
 
 pub use jobs::{CreateOutcome, DueRow, JobRow};
@@ -23,7 +27,21 @@ pub use results::{Applied, FollowUp, OpenAttempt, Replay};
 pub use tickets::{reason, FireOutcome, FireRequest, Fired, NotFiredRow};
 pub use views::run_status;
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+
+/// A write transaction on a shard database (epoch checked).
+pub(super) type Tx = Transaction<'static, Any>;
+
+/// Where a node's shard databases live.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Databases {
+    /// One SQLite file per shard, `<dir>/shard-<id>.db`: one machine.
+    Sqlite(PathBuf),
+    /// One schema per shard, `shard_<id>`, in this Postgres database (a `postgres://` URL): any
+    /// node that reaches the database can own any shard.
+    Postgres(String),
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -43,36 +61,78 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 /// A handle on one shard's database, bound to the epoch under which it was opened. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Store {
-    pool: SqlitePool,
+    pool: AnyPool,
     shard: u32,
     epoch: u64,
 }
 
 impl Store {
-    /// Opens (creating if needed) the database, migrates it and records `epoch` as the owner's.
-    /// Fails with `Fenced` when the database already carries a newer epoch.
-    pub async fn open(path: &Path, shard: u32, epoch: u64, owner: &str, now: i64) -> Result<Store> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| StoreError::Db(sqlx::Error::Io(e)))?;
-        }
-        let opts = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            // WAL + NORMAL survives a process crash; only an OS crash may lose the last commits,
-            // the same exposure a JetStream ack has (NATS-NOTES.md).
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(false);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(opts)
-            .await?;
-        MIGRATOR.run(&pool).await?;
+    /// Opens (creating if needed) the shard's database, migrates it and records `epoch` as the
+    /// owner's. Fails with `Fenced` when the database already carries a newer epoch.
+    pub async fn open(
+        dbs: &Databases,
+        shard: u32,
+        epoch: u64,
+        owner: &str,
+        now: i64,
+    ) -> Result<Store> {
+        static DRIVERS: std::sync::Once = std::sync::Once::new();
+        DRIVERS.call_once(sqlx::any::install_default_drivers);
+        let (pool, migrator) = match dbs {
+            Databases::Sqlite(dir) => {
+                std::fs::create_dir_all(dir).map_err(|e| StoreError::Db(sqlx::Error::Io(e)))?;
+                let path = dir.join(format!("shard-{shard}.db"));
+                let url = format!("sqlite://{}?mode=rwc", path.display());
+                let pool = AnyPoolOptions::new()
+                    .max_connections(4)
+                    .after_connect(|conn, _| {
+                        Box::pin(async move {
+                            // WAL + NORMAL survives a process crash; only an OS crash may lose
+                            // the last commits, the same exposure a JetStream ack has
+                            // (NATS-NOTES.md).
+                            conn.execute("PRAGMA journal_mode = WAL").await?;
+                            conn.execute("PRAGMA synchronous = NORMAL").await?;
+                            conn.execute("PRAGMA busy_timeout = 10000").await?;
+                            Ok(())
+                        })
+                    })
+                    .connect_with(url.parse::<AnyConnectOptions>()?)
+                    .await?;
+                (pool, &SQLITE_MIGRATOR)
+            }
+            Databases::Postgres(url) => {
+                let schema = format!("shard_{shard}");
+                let mut conn = sqlx::AnyConnection::connect(url).await?;
+                // Two nodes may race to create it; whoever loses finds it there.
+                if let Err(e) = conn
+                    .execute(format!("CREATE SCHEMA IF NOT EXISTS {schema}").as_str())
+                    .await
+                {
+                    tracing::debug!(error = %e, schema, "create schema");
+                }
+                conn.close().await?;
+                let set_path = format!("SET search_path TO {schema}");
+                let pool = AnyPoolOptions::new()
+                    .max_connections(4)
+                    .after_connect(move |conn, _| {
+                        let set_path = set_path.clone();
+                        Box::pin(async move {
+                            conn.execute(set_path.as_str()).await?;
+                            Ok(())
+                        })
+                    })
+                    .connect(url)
+                    .await?;
+                (pool, &POSTGRES_MIGRATOR)
+            }
+        };
+        migrator.run(&pool).await?;
         // The first statement writes, so SQLite takes the write lock at once and the busy
-        // timeout applies (a read first would fail at once when upgraded under contention).
+        // timeout applies (a read first would fail at once when upgraded under contention);
+        // in Postgres it locks the row, so a newer owner waits for an older one's transaction.
         let mut tx = pool.begin().await?;
         let claimed = sqlx::query(
-            "UPDATE shard_meta SET epoch = ?, owner = ?, opened_at = ? WHERE id = 1 AND epoch <= ?",
+            "UPDATE shard_meta SET epoch = $1, owner = $2, opened_at = $3 WHERE id = 1 AND epoch <= $4",
         )
         .bind(epoch as i64)
         .bind(owner)
@@ -93,7 +153,7 @@ impl Store {
                     current: c as u64,
                 });
             }
-            sqlx::query("INSERT INTO shard_meta (id, shard, epoch, owner, opened_at) VALUES (1, ?, ?, ?, ?)")
+            sqlx::query("INSERT INTO shard_meta (id, shard, epoch, owner, opened_at) VALUES (1, $1, $2, $3, $4)")
                 .bind(shard as i64)
                 .bind(epoch as i64)
                 .bind(owner)
@@ -114,15 +174,16 @@ impl Store {
     }
 
     /// Starts a write transaction that holds the database's write lock and has checked the epoch.
-    /// The no-op update takes SQLite's write lock at once, so no newer owner can slip in between
-    /// the check and the writes that follow it.
-    async fn write(&self) -> Result<Transaction<'static, Sqlite>> {
+    /// The no-op update takes SQLite's write lock (Postgres: the `shard_meta` row lock) at once,
+    /// so no newer owner can slip in between the check and the writes that follow it.
+    async fn write(&self) -> Result<Tx> {
         let mut tx = self.pool.begin().await?;
-        let updated = sqlx::query("UPDATE shard_meta SET epoch = epoch WHERE id = 1 AND epoch = ?")
-            .bind(self.epoch as i64)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+        let updated =
+            sqlx::query("UPDATE shard_meta SET epoch = epoch WHERE id = 1 AND epoch = $1")
+                .bind(self.epoch as i64)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
         if updated == 0 {
             let current: i64 = sqlx::query_scalar("SELECT epoch FROM shard_meta WHERE id = 1")
                 .fetch_optional(&mut *tx)

@@ -7,13 +7,13 @@
 //! as the failure; the shard loop only arms the timers the returned `FollowUp`s name.
 
 use chronoshard_wire::{JobSpec, ResultKind, RunStatus, Ticket, TicketResult};
-use sqlx::{Row, Sqlite, Transaction};
+use sqlx::Row;
 use uuid::Uuid;
 
 use super::{
     tickets::ticket_json,
     views::{run_status, status_of, ticket_from_json},
-    Result, Store, StoreError,
+    Result, Store, StoreError, Tx,
 };
 use crate::shard::retry;
 
@@ -98,7 +98,7 @@ impl Store {
         let row = sqlx::query(
             "SELECT a.ticket_id, a.attempt, a.not_before, a.published_at, a.started_at, a.heartbeat_at, t.timeout_ms \
              FROM attempts a JOIN tickets t ON t.id = a.ticket_id AND t.attempt = a.attempt \
-             WHERE a.ticket_id = ? AND a.attempt = ? AND a.finished_at IS NULL",
+             WHERE a.ticket_id = $1 AND a.attempt = $2 AND a.finished_at IS NULL",
         )
         .bind(ticket.to_string())
         .bind(attempt as i64)
@@ -112,7 +112,7 @@ impl Store {
     pub async fn pending_attempt(&self, ticket: Uuid, attempt: u32) -> Result<Option<Ticket>> {
         let body: Option<String> = sqlx::query_scalar(
             "SELECT t.body FROM tickets t JOIN attempts a ON a.ticket_id = t.id AND a.attempt = t.attempt \
-             WHERE t.id = ? AND t.attempt = ? AND a.published_at IS NULL AND a.finished_at IS NULL",
+             WHERE t.id = $1 AND t.attempt = $2 AND a.published_at IS NULL AND a.finished_at IS NULL",
         )
         .bind(ticket.to_string())
         .bind(attempt as i64)
@@ -126,7 +126,7 @@ impl Store {
     pub async fn replay(&self, ticket: Uuid, now: i64) -> Result<Replay> {
         let mut tx = self.write().await?;
         let tid = ticket.to_string();
-        let row = sqlx::query("SELECT attempt, body, dead_at FROM tickets WHERE id = ?")
+        let row = sqlx::query("SELECT attempt, body, dead_at FROM tickets WHERE id = $1")
             .bind(&tid)
             .fetch_optional(&mut *tx)
             .await?;
@@ -140,8 +140,8 @@ impl Store {
         let mut t = ticket_from_json(&row.try_get::<String, _>("body")?)?;
         t.attempt = made as u32 + 1;
         sqlx::query(
-            "UPDATE tickets SET attempt = ?, attempt_base = ?, status = 'dispatched', dead_at = NULL, \
-             body = ?, updated_at = ? WHERE id = ?",
+            "UPDATE tickets SET attempt = $1, attempt_base = $2, status = 'dispatched', dead_at = NULL, \
+             body = $3, updated_at = $4 WHERE id = $5",
         )
         .bind(t.attempt as i64)
         .bind(made)
@@ -151,7 +151,7 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         sqlx::query(
-            "INSERT INTO attempts (ticket_id, attempt, status, created_at) VALUES (?, ?, 'dispatched', ?)",
+            "INSERT INTO attempts (ticket_id, attempt, status, created_at) VALUES ($1, $2, 'dispatched', $3)",
         )
         .bind(&tid)
         .bind(t.attempt as i64)
@@ -164,7 +164,7 @@ impl Store {
     }
 }
 
-fn open_from_row(r: &sqlx::sqlite::SqliteRow) -> Result<OpenAttempt> {
+fn open_from_row(r: &sqlx::any::AnyRow) -> Result<OpenAttempt> {
     Ok(OpenAttempt {
         ticket: super::parse_uuid(&r.try_get::<String, _>("ticket_id")?)?,
         attempt: r.try_get::<i64, _>("attempt")? as u32,
@@ -178,19 +178,15 @@ fn open_from_row(r: &sqlx::sqlite::SqliteRow) -> Result<OpenAttempt> {
     })
 }
 
-async fn apply_one(
-    tx: &mut Transaction<'static, Sqlite>,
-    r: &TicketResult,
-    now: i64,
-    out: &mut Applied,
-) -> Result<()> {
+async fn apply_one(tx: &mut Tx, r: &TicketResult, now: i64, out: &mut Applied) -> Result<()> {
     let tid = r.ticket_id.to_string();
     let at = r.at.timestamp_millis();
     match r.kind {
         ResultKind::Progress => {
             sqlx::query(
-                "UPDATE attempts SET heartbeat_at = MAX(COALESCE(heartbeat_at, 0), ?) \
-                 WHERE ticket_id = ? AND attempt = ? AND finished_at IS NULL",
+                "UPDATE attempts SET heartbeat_at = CASE WHEN heartbeat_at IS NULL OR heartbeat_at < $1 \
+                 THEN $1 ELSE heartbeat_at END \
+                 WHERE ticket_id = $2 AND attempt = $3 AND finished_at IS NULL",
             )
             .bind(at)
             .bind(&tid)
@@ -201,8 +197,8 @@ async fn apply_one(
         }
         ResultKind::Started => {
             let n = sqlx::query(
-                "UPDATE attempts SET started_at = ?, worker = ?, status = 'running' \
-                 WHERE ticket_id = ? AND attempt = ? AND started_at IS NULL AND finished_at IS NULL",
+                "UPDATE attempts SET started_at = $1, worker = $2, status = 'running' \
+                 WHERE ticket_id = $3 AND attempt = $4 AND started_at IS NULL AND finished_at IS NULL",
             )
             .bind(at)
             .bind(&r.worker)
@@ -215,8 +211,8 @@ async fn apply_one(
                 // A start reported after the end (reports of one attempt can cross) is still
                 // worth recording; it changes no status.
                 sqlx::query(
-                    "UPDATE attempts SET started_at = ?, worker = COALESCE(worker, ?) \
-                     WHERE ticket_id = ? AND attempt = ? AND started_at IS NULL",
+                    "UPDATE attempts SET started_at = $1, worker = COALESCE(worker, $2) \
+                     WHERE ticket_id = $3 AND attempt = $4 AND started_at IS NULL",
                 )
                 .bind(at)
                 .bind(&r.worker)
@@ -228,7 +224,7 @@ async fn apply_one(
             }
             out.changed += 1;
             let timeout: Option<i64> =
-                sqlx::query_scalar("SELECT timeout_ms FROM tickets WHERE id = ?")
+                sqlx::query_scalar("SELECT timeout_ms FROM tickets WHERE id = $1")
                     .bind(&tid)
                     .fetch_optional(&mut **tx)
                     .await?
@@ -246,9 +242,9 @@ async fn apply_one(
         ResultKind::Succeeded | ResultKind::Failed => {
             let status = r.kind.as_str();
             let n = sqlx::query(
-                "UPDATE attempts SET finished_at = ?, status = ?, worker = ?, error = ?, http_status = ?, \
-                 published_at = COALESCE(published_at, ?) \
-                 WHERE ticket_id = ? AND attempt = ? AND finished_at IS NULL",
+                "UPDATE attempts SET finished_at = $1, status = $2, worker = $3, error = $4, http_status = $5, \
+                 published_at = COALESCE(published_at, $6) \
+                 WHERE ticket_id = $7 AND attempt = $8 AND finished_at IS NULL",
             )
             .bind(at)
             .bind(status)
@@ -279,15 +275,10 @@ async fn apply_one(
 }
 
 /// The ticket takes its current attempt's status.
-async fn follow_attempt(
-    tx: &mut Transaction<'static, Sqlite>,
-    tid: &str,
-    attempt: u32,
-    now: i64,
-) -> Result<()> {
+async fn follow_attempt(tx: &mut Tx, tid: &str, attempt: u32, now: i64) -> Result<()> {
     sqlx::query(
         "UPDATE tickets SET status = (SELECT status FROM attempts a WHERE a.ticket_id = tickets.id \
-         AND a.attempt = tickets.attempt), updated_at = ? WHERE id = ? AND attempt = ?",
+         AND a.attempt = tickets.attempt), updated_at = $1 WHERE id = $2 AND attempt = $3",
     )
     .bind(now)
     .bind(tid)
@@ -300,16 +291,11 @@ async fn follow_attempt(
 /// A failed current attempt: write the next one if the retry policy allows, else the ticket is a
 /// dead letter. A failure of an attempt that is no longer current (replaced, or lost and retried
 /// already) changes only that attempt. Tickets of a deleted job are not retried.
-async fn after_failure(
-    tx: &mut Transaction<'static, Sqlite>,
-    r: &TicketResult,
-    now: i64,
-    out: &mut Applied,
-) -> Result<()> {
+async fn after_failure(tx: &mut Tx, r: &TicketResult, now: i64, out: &mut Applied) -> Result<()> {
     let tid = r.ticket_id.to_string();
     let row = sqlx::query(
         "SELECT t.attempt, t.attempt_base, t.body, j.spec, j.state FROM tickets t \
-         LEFT JOIN jobs j ON j.id = t.job_id WHERE t.id = ?",
+         LEFT JOIN jobs j ON j.id = t.job_id WHERE t.id = $1",
     )
     .bind(&tid)
     .fetch_optional(&mut **tx)
@@ -337,7 +323,7 @@ async fn after_failure(
                 t.attempt = r.attempt + 1;
                 sqlx::query(
                     "INSERT INTO attempts (ticket_id, attempt, status, created_at, not_before) \
-                     VALUES (?, ?, 'retrying', ?, ?) ON CONFLICT DO NOTHING",
+                     VALUES ($1, $2, 'retrying', $3, $4) ON CONFLICT DO NOTHING",
                 )
                 .bind(&tid)
                 .bind(t.attempt as i64)
@@ -346,7 +332,7 @@ async fn after_failure(
                 .execute(&mut **tx)
                 .await?;
                 sqlx::query(
-                    "UPDATE tickets SET attempt = ?, status = 'retrying', body = ?, updated_at = ? WHERE id = ?",
+                    "UPDATE tickets SET attempt = $1, status = 'retrying', body = $2, updated_at = $3 WHERE id = $4",
                 )
                 .bind(t.attempt as i64)
                 .bind(ticket_json(&t)?)
@@ -361,7 +347,7 @@ async fn after_failure(
                 });
             } else {
                 sqlx::query(
-                    "UPDATE tickets SET status = 'dead', dead_at = ?, updated_at = ? WHERE id = ?",
+                    "UPDATE tickets SET status = 'dead', dead_at = $1, updated_at = $2 WHERE id = $3",
                 )
                 .bind(now)
                 .bind(now)
@@ -378,20 +364,15 @@ async fn after_failure(
 
 /// Sets the status (and attempt count) of the run a ticket belongs to from all its item tickets.
 /// Returns the job when the run has ended.
-async fn sync_run(
-    tx: &mut Transaction<'static, Sqlite>,
-    tid: &str,
-    error: Option<&str>,
-    now: i64,
-) -> Result<Option<Uuid>> {
-    let row = sqlx::query("SELECT job_id, scheduled_at FROM tickets WHERE id = ?")
+async fn sync_run(tx: &mut Tx, tid: &str, error: Option<&str>, now: i64) -> Result<Option<Uuid>> {
+    let row = sqlx::query("SELECT job_id, scheduled_at FROM tickets WHERE id = $1")
         .bind(tid)
         .fetch_optional(&mut **tx)
         .await?;
     let Some(row) = row else { return Ok(None) };
     let (job, sched): (String, i64) = (row.try_get("job_id")?, row.try_get("scheduled_at")?);
     let items =
-        sqlx::query("SELECT status, attempt FROM tickets WHERE job_id = ? AND scheduled_at = ?")
+        sqlx::query("SELECT status, attempt FROM tickets WHERE job_id = $1 AND scheduled_at = $2")
             .bind(&job)
             .bind(sched)
             .fetch_all(&mut **tx)
@@ -405,8 +386,8 @@ async fn sync_run(
     let status = run_status(&statuses);
     let failed = matches!(status, RunStatus::Failed | RunStatus::Dead);
     sqlx::query(
-        "UPDATE runs SET status = ?, attempts = ?, reason = CASE WHEN ? THEN COALESCE(?, reason) ELSE NULL END, \
-         updated_at = ? WHERE job_id = ? AND scheduled_at = ?",
+        "UPDATE runs SET status = $1, attempts = $2, reason = CASE WHEN $3 THEN COALESCE($4, reason) ELSE NULL END, \
+         updated_at = $5 WHERE job_id = $6 AND scheduled_at = $7",
     )
     .bind(status.as_str())
     .bind(attempts)

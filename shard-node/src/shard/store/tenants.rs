@@ -16,7 +16,7 @@ impl Store {
     pub async fn pause_tenant(&self, tenant: &str, now: i64) -> Result<bool> {
         let mut tx = self.write().await?;
         let n = sqlx::query(
-            "INSERT INTO paused_tenants (tenant, paused_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
+            "INSERT INTO paused_tenants (tenant, paused_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
         )
         .bind(tenant)
         .bind(now)
@@ -30,7 +30,7 @@ impl Store {
     /// Resumes a tenant; false when it was not paused.
     pub async fn resume_tenant(&self, tenant: &str) -> Result<bool> {
         let mut tx = self.write().await?;
-        let n = sqlx::query("DELETE FROM paused_tenants WHERE tenant = ?")
+        let n = sqlx::query("DELETE FROM paused_tenants WHERE tenant = $1")
             .bind(tenant)
             .execute(&mut *tx)
             .await?
@@ -41,15 +41,16 @@ impl Store {
 
     pub async fn tenant(&self, tenant: &str) -> Result<TenantView> {
         let paused_at: Option<i64> =
-            sqlx::query_scalar("SELECT paused_at FROM paused_tenants WHERE tenant = ?")
+            sqlx::query_scalar("SELECT paused_at FROM paused_tenants WHERE tenant = $1")
                 .bind(tenant)
                 .fetch_optional(&self.pool)
                 .await?;
-        let jobs: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE tenant = ? AND state != 'deleted'")
-                .bind(tenant)
-                .fetch_one(&self.pool)
-                .await?;
+        let jobs: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM jobs WHERE tenant = $1 AND state != 'deleted'",
+        )
+        .bind(tenant)
+        .fetch_one(&self.pool)
+        .await?;
         Ok(TenantView {
             tenant: tenant.to_string(),
             paused: paused_at.is_some(),

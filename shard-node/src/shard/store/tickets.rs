@@ -2,10 +2,10 @@
 //! occurrence, publish marks and the outbox scan.
 
 use chronoshard_wire::{Overlap, RunStatus, Ticket};
-use sqlx::{Row, Sqlite, Transaction};
+use sqlx::Row;
 use uuid::Uuid;
 
-use super::{views::ticket_from_json, Result, Store, StoreError};
+use super::{views::ticket_from_json, Result, Store, StoreError, Tx};
 
 /// Why an occurrence did not fire or waits; shown as the run's `reason` and used as a metric label.
 pub mod reason {
@@ -90,8 +90,8 @@ impl Store {
                 "completed"
             };
             let n = sqlx::query(
-                "UPDATE jobs SET next_fire_at = ?, state = ?, updated_at = ? \
-                 WHERE id = ? AND next_fire_at = ? AND state = 'active'",
+                "UPDATE jobs SET next_fire_at = $1, state = $2, updated_at = $3 \
+                 WHERE id = $4 AND next_fire_at = $5 AND state = 'active'",
             )
             .bind(req.next_fire_at)
             .bind(state)
@@ -125,7 +125,7 @@ impl Store {
     #[allow(clippy::too_many_arguments)]
     async fn fire_one(
         &self,
-        tx: &mut Transaction<'static, Sqlite>,
+        tx: &mut Tx,
         id: &str,
         at: i64,
         overlap: Overlap,
@@ -135,7 +135,7 @@ impl Store {
     ) -> Result<Fired> {
         if overlap != Overlap::Allow {
             let active: Vec<i64> = sqlx::query_scalar(&format!(
-                "SELECT scheduled_at FROM runs WHERE job_id = ? AND status IN {ACTIVE}"
+                "SELECT scheduled_at FROM runs WHERE job_id = $1 AND status IN {ACTIVE}"
             ))
             .bind(id)
             .fetch_all(&mut **tx)
@@ -148,7 +148,7 @@ impl Store {
                     }
                     Overlap::BufferOne => {
                         let buffered: Option<i64> =
-                            sqlx::query_scalar("SELECT buffered_at FROM jobs WHERE id = ?")
+                            sqlx::query_scalar("SELECT buffered_at FROM jobs WHERE id = $1")
                                 .bind(id)
                                 .fetch_optional(&mut **tx)
                                 .await?
@@ -158,7 +158,7 @@ impl Store {
                         }
                         let n = sqlx::query(
                             "INSERT INTO runs (job_id, scheduled_at, status, reason, attempts, created_at, updated_at) \
-                             VALUES (?, ?, 'scheduled', ?, 0, ?, ?) ON CONFLICT DO NOTHING",
+                             VALUES ($1, $2, 'scheduled', $3, 0, $4, $5) ON CONFLICT DO NOTHING",
                         )
                         .bind(id)
                         .bind(at)
@@ -171,7 +171,7 @@ impl Store {
                         if n == 0 {
                             return Ok(Fired::Exists);
                         }
-                        sqlx::query("UPDATE jobs SET buffered_at = ? WHERE id = ?")
+                        sqlx::query("UPDATE jobs SET buffered_at = $1 WHERE id = $2")
                             .bind(at)
                             .bind(id)
                             .execute(&mut **tx)
@@ -189,7 +189,7 @@ impl Store {
         }
         let n = sqlx::query(
             "INSERT INTO runs (job_id, scheduled_at, status, attempts, created_at, updated_at) \
-             VALUES (?, ?, 'dispatched', 1, ?, ?) ON CONFLICT DO NOTHING",
+             VALUES ($1, $2, 'dispatched', 1, $3, $4) ON CONFLICT DO NOTHING",
         )
         .bind(id)
         .bind(at)
@@ -218,7 +218,7 @@ impl Store {
     ) -> Result<Vec<Ticket>> {
         let mut tx = self.write().await?;
         let id = job_id.to_string();
-        let row = sqlx::query("SELECT buffered_at, state FROM jobs WHERE id = ?")
+        let row = sqlx::query("SELECT buffered_at, state FROM jobs WHERE id = $1")
             .bind(&id)
             .fetch_optional(&mut *tx)
             .await?;
@@ -231,7 +231,7 @@ impl Store {
             return Ok(Vec::new());
         };
         let active: Option<i64> = sqlx::query_scalar(&format!(
-            "SELECT scheduled_at FROM runs WHERE job_id = ? AND status IN {ACTIVE} LIMIT 1"
+            "SELECT scheduled_at FROM runs WHERE job_id = $1 AND status IN {ACTIVE} LIMIT 1"
         ))
         .bind(&id)
         .fetch_optional(&mut *tx)
@@ -239,15 +239,15 @@ impl Store {
         if active.is_some() {
             return Ok(Vec::new());
         }
-        sqlx::query("UPDATE jobs SET buffered_at = NULL WHERE id = ?")
+        sqlx::query("UPDATE jobs SET buffered_at = NULL WHERE id = $1")
             .bind(&id)
             .execute(&mut *tx)
             .await?;
         let mut written = Vec::new();
         if state == "deleted" {
             sqlx::query(
-                "UPDATE runs SET status = 'skipped', reason = ?, updated_at = ? \
-                 WHERE job_id = ? AND scheduled_at = ? AND status = 'scheduled'",
+                "UPDATE runs SET status = 'skipped', reason = $1, updated_at = $2 \
+                 WHERE job_id = $3 AND scheduled_at = $4 AND status = 'scheduled'",
             )
             .bind(reason::JOB_DELETED)
             .bind(now)
@@ -257,8 +257,8 @@ impl Store {
             .await?;
         } else {
             let n = sqlx::query(
-                "UPDATE runs SET status = 'dispatched', reason = NULL, attempts = 1, updated_at = ? \
-                 WHERE job_id = ? AND scheduled_at = ? AND status = 'scheduled'",
+                "UPDATE runs SET status = 'dispatched', reason = NULL, attempts = 1, updated_at = $1 \
+                 WHERE job_id = $2 AND scheduled_at = $3 AND status = 'scheduled'",
             )
             .bind(now)
             .bind(&id)
@@ -293,7 +293,7 @@ impl Store {
         }
         let mut tx = self.write().await?;
         for (ticket, attempt) in acked {
-            sqlx::query("UPDATE attempts SET published_at = ? WHERE ticket_id = ? AND attempt = ? AND published_at IS NULL")
+            sqlx::query("UPDATE attempts SET published_at = $1 WHERE ticket_id = $2 AND attempt = $3 AND published_at IS NULL")
                 .bind(now)
                 .bind(ticket.to_string())
                 .bind(*attempt as i64)
@@ -310,8 +310,8 @@ impl Store {
     pub async fn unpublished(&self, before: i64, now: i64, limit: u32) -> Result<Vec<Ticket>> {
         let rows = sqlx::query(
             "SELECT t.body FROM attempts a JOIN tickets t ON t.id = a.ticket_id AND t.attempt = a.attempt \
-             WHERE a.published_at IS NULL AND a.created_at < ? AND a.finished_at IS NULL \
-             AND (a.not_before IS NULL OR a.not_before <= ?) ORDER BY a.created_at LIMIT ?",
+             WHERE a.published_at IS NULL AND a.created_at < $1 AND a.finished_at IS NULL \
+             AND (a.not_before IS NULL OR a.not_before <= $2) ORDER BY a.created_at LIMIT $3",
         )
         .bind(before)
         .bind(now)
@@ -324,16 +324,11 @@ impl Store {
     }
 }
 
-async fn insert_not_fired(
-    tx: &mut Transaction<'static, Sqlite>,
-    id: &str,
-    nf: &NotFiredRow,
-    now: i64,
-) -> Result<()> {
+async fn insert_not_fired(tx: &mut Tx, id: &str, nf: &NotFiredRow, now: i64) -> Result<()> {
     let ranged = nf.count > 1;
     sqlx::query(
         "INSERT INTO runs (job_id, scheduled_at, status, reason, attempts, range_end, count, created_at, updated_at) \
-         VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+         VALUES ($1, $2, $3, $4, 0, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
     )
     .bind(id)
     .bind(nf.first)
@@ -348,13 +343,7 @@ async fn insert_not_fired(
     Ok(())
 }
 
-async fn skip(
-    tx: &mut Transaction<'static, Sqlite>,
-    id: &str,
-    at: i64,
-    why: &'static str,
-    now: i64,
-) -> Result<Fired> {
+async fn skip(tx: &mut Tx, id: &str, at: i64, why: &'static str, now: i64) -> Result<Fired> {
     let nf = NotFiredRow {
         first: at,
         last: at,
@@ -368,15 +357,10 @@ async fn skip(
 
 /// Ends an active run as `failed` (overlap `replace`): its open attempts are finished, so a late
 /// result of the replaced execution changes nothing.
-async fn replace_run(
-    tx: &mut Transaction<'static, Sqlite>,
-    id: &str,
-    at: i64,
-    now: i64,
-) -> Result<()> {
+async fn replace_run(tx: &mut Tx, id: &str, at: i64, now: i64) -> Result<()> {
     sqlx::query(
-        "UPDATE attempts SET finished_at = ?, status = 'failed', error = ? WHERE finished_at IS NULL \
-         AND ticket_id IN (SELECT id FROM tickets WHERE job_id = ? AND scheduled_at = ?)",
+        "UPDATE attempts SET finished_at = $1, status = 'failed', error = $2 WHERE finished_at IS NULL \
+         AND ticket_id IN (SELECT id FROM tickets WHERE job_id = $3 AND scheduled_at = $4)",
     )
     .bind(now)
     .bind(reason::REPLACED)
@@ -385,7 +369,7 @@ async fn replace_run(
     .execute(&mut **tx)
     .await?;
     sqlx::query(&format!(
-        "UPDATE tickets SET status = 'failed', updated_at = ? WHERE job_id = ? AND scheduled_at = ? \
+        "UPDATE tickets SET status = 'failed', updated_at = $1 WHERE job_id = $2 AND scheduled_at = $3 \
          AND status IN {ACTIVE}"
     ))
     .bind(now)
@@ -394,7 +378,7 @@ async fn replace_run(
     .execute(&mut **tx)
     .await?;
     sqlx::query(
-        "UPDATE runs SET status = 'failed', reason = ?, updated_at = ? WHERE job_id = ? AND scheduled_at = ?",
+        "UPDATE runs SET status = 'failed', reason = $1, updated_at = $2 WHERE job_id = $3 AND scheduled_at = $4",
     )
     .bind(reason::REPLACED)
     .bind(now)
@@ -406,11 +390,11 @@ async fn replace_run(
 }
 
 /// Writes a ticket (first attempt of an occurrence item) and its attempt row.
-async fn insert_ticket(tx: &mut Transaction<'static, Sqlite>, t: &Ticket, now: i64) -> Result<()> {
+async fn insert_ticket(tx: &mut Tx, t: &Ticket, now: i64) -> Result<()> {
     let tid = t.ticket_id.to_string();
     sqlx::query(
         "INSERT INTO tickets (id, job_id, scheduled_at, item, status, attempt, epoch, queue, body, timeout_ms, created_at, updated_at) \
-         VALUES (?, ?, ?, ?, 'dispatched', ?, ?, ?, ?, ?, ?, ?)",
+         VALUES ($1, $2, $3, $4, 'dispatched', $5, $6, $7, $8, $9, $10, $11)",
     )
     .bind(&tid)
     .bind(t.job_id.to_string())
@@ -425,7 +409,7 @@ async fn insert_ticket(tx: &mut Transaction<'static, Sqlite>, t: &Ticket, now: i
     .bind(now)
     .execute(&mut **tx)
     .await?;
-    sqlx::query("INSERT INTO attempts (ticket_id, attempt, status, created_at) VALUES (?, ?, 'dispatched', ?)")
+    sqlx::query("INSERT INTO attempts (ticket_id, attempt, status, created_at) VALUES ($1, $2, 'dispatched', $3)")
         .bind(&tid)
         .bind(t.attempt as i64)
         .bind(now)

@@ -35,9 +35,9 @@ impl Store {
         let rows = sqlx::query(
             "SELECT t.id, t.body, t.attempt, t.dead_at, a.error FROM tickets t \
              LEFT JOIN attempts a ON a.ticket_id = t.id AND a.attempt = t.attempt \
-             WHERE t.dead_at IS NOT NULL AND (t.dead_at < ? OR (t.dead_at = ? AND (? = '' OR t.id < ?))) \
-             AND (? IS NULL OR t.job_id IN (SELECT id FROM jobs WHERE tenant = ?)) \
-             ORDER BY t.dead_at DESC, t.id DESC LIMIT ?",
+             WHERE t.dead_at IS NOT NULL AND (t.dead_at < $1 OR (t.dead_at = $2 AND ($3 = '' OR t.id < $4))) \
+             AND ($5 IS NULL OR t.job_id IN (SELECT id FROM jobs WHERE tenant = $6)) \
+             ORDER BY t.dead_at DESC, t.id DESC LIMIT $7",
         )
         .bind(before_at)
         .bind(before_at)
@@ -77,7 +77,7 @@ impl Store {
         let id = job_id.to_string();
         let rows = sqlx::query(
             "SELECT scheduled_at, status, reason, attempts, range_end, count, updated_at FROM runs \
-             WHERE job_id = ? AND scheduled_at < ? ORDER BY scheduled_at DESC LIMIT ?",
+             WHERE job_id = $1 AND scheduled_at < $2 ORDER BY scheduled_at DESC LIMIT $3",
         )
         .bind(&id)
         .bind(before.unwrap_or(i64::MAX))
@@ -93,7 +93,7 @@ impl Store {
         );
         let mut ids: BTreeMap<i64, Vec<Uuid>> = BTreeMap::new();
         for r in sqlx::query(
-            "SELECT id, scheduled_at FROM tickets WHERE job_id = ? AND scheduled_at BETWEEN ? AND ? ORDER BY item",
+            "SELECT id, scheduled_at FROM tickets WHERE job_id = $1 AND scheduled_at BETWEEN $2 AND $3 ORDER BY item",
         )
         .bind(&id)
         .bind(lo)
@@ -124,7 +124,7 @@ impl Store {
     /// One ticket with all its attempts.
     pub async fn ticket(&self, ticket_id: Uuid) -> Result<Option<TicketView>> {
         let tid = ticket_id.to_string();
-        let Some(row) = sqlx::query("SELECT body, status, epoch FROM tickets WHERE id = ?")
+        let Some(row) = sqlx::query("SELECT body, status, epoch FROM tickets WHERE id = $1")
             .bind(&tid)
             .fetch_optional(&self.pool)
             .await?
@@ -133,14 +133,13 @@ impl Store {
         };
         let body: String = row.try_get("body")?;
         let t: Ticket = ticket_from_json(&body)?;
-        let ms = |r: &sqlx::sqlite::SqliteRow,
-                  c: &str|
-         -> Result<Option<chrono::DateTime<chrono::Utc>>> {
-            Ok(r.try_get::<Option<i64>, _>(c)?.map(from_millis))
-        };
+        let ms =
+            |r: &sqlx::any::AnyRow, c: &str| -> Result<Option<chrono::DateTime<chrono::Utc>>> {
+                Ok(r.try_get::<Option<i64>, _>(c)?.map(from_millis))
+            };
         let attempts = sqlx::query(
             "SELECT attempt, status, created_at, published_at, started_at, finished_at, worker, error, http_status \
-             FROM attempts WHERE ticket_id = ? ORDER BY attempt",
+             FROM attempts WHERE ticket_id = $1 ORDER BY attempt",
         )
         .bind(&tid)
         .fetch_all(&self.pool)

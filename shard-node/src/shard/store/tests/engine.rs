@@ -46,10 +46,8 @@ async fn run_at(s: &Store, j: &JobRow, at: i64) -> RunView {
         .unwrap_or_else(|| panic!("no run at {at}"))
 }
 
-#[tokio::test]
-async fn a_failed_attempt_is_retried_under_the_same_ticket_until_it_is_dead() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = open(&dir, 1).await.unwrap();
+async fn a_failed_attempt_is_retried_under_the_same_ticket_until_it_is_dead(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
     let j = with_retry(job("t", 1000), 3, Backoff::Exponential);
     s.create_job(&j, None).await.unwrap();
     let t = fired(&s, &j, 1000).await;
@@ -158,10 +156,8 @@ async fn a_failed_attempt_is_retried_under_the_same_ticket_until_it_is_dead() {
     );
 }
 
-#[tokio::test]
-async fn the_default_single_attempt_goes_straight_to_the_dead_letters() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = open(&dir, 1).await.unwrap();
+async fn the_default_single_attempt_goes_straight_to_the_dead_letters(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
     let j = job("t", 1000);
     s.create_job(&j, None).await.unwrap();
     let t = fired(&s, &j, 1000).await;
@@ -173,10 +169,8 @@ async fn the_default_single_attempt_goes_straight_to_the_dead_letters() {
     assert_eq!(run_at(&s, &j, 1000).await.status, RunStatus::Dead);
 }
 
-#[tokio::test]
-async fn a_deleted_jobs_failed_ticket_is_not_retried() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = open(&dir, 1).await.unwrap();
+async fn a_deleted_jobs_failed_ticket_is_not_retried(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
     let mut j = with_retry(job("t", 1000), 5, Backoff::Fixed);
     s.create_job(&j, None).await.unwrap();
     let t = fired(&s, &j, 1000).await;
@@ -195,10 +189,8 @@ async fn a_deleted_jobs_failed_ticket_is_not_retried() {
     assert_eq!(run_at(&s, &j, 1000).await.status, RunStatus::Failed);
 }
 
-#[tokio::test]
-async fn started_and_progress_reports_feed_the_watchdog() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = open(&dir, 1).await.unwrap();
+async fn started_and_progress_reports_feed_the_watchdog(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
     let j = job("t", 1000);
     s.create_job(&j, None).await.unwrap();
     let t = fired(&s, &j, 1000).await;
@@ -242,10 +234,8 @@ async fn started_and_progress_reports_feed_the_watchdog() {
     assert_eq!(view.attempts[0].worker.as_deref(), Some("watchdog"));
 }
 
-#[tokio::test]
-async fn a_retry_waiting_for_its_backoff_survives_a_new_owner() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = open(&dir, 1).await.unwrap();
+async fn a_retry_waiting_for_its_backoff_survives_a_new_owner(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
     let j = with_retry(job("t", 1000), 2, Backoff::Fixed);
     s.create_job(&j, None).await.unwrap();
     let t = fired(&s, &j, 1000).await;
@@ -253,7 +243,7 @@ async fn a_retry_waiting_for_its_backoff_survives_a_new_owner() {
         .await
         .unwrap();
     drop(s);
-    let s = open(&dir, 2).await.unwrap();
+    let s = open(&db, 2).await.unwrap();
     let open = s.open_attempts().await.unwrap();
     assert_eq!(open.len(), 1);
     assert_eq!(
@@ -268,10 +258,8 @@ async fn fire_at(s: &Store, j: &JobRow, at: i64) -> FireOutcome {
         .unwrap()
 }
 
-#[tokio::test]
-async fn overlap_forbid_skips_while_a_run_is_active() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = open(&dir, 1).await.unwrap();
+async fn overlap_forbid_skips_while_a_run_is_active(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
     let mut j = job("t", 1000);
     j.spec.overlap = Overlap::Forbid;
     s.create_job(&j, None).await.unwrap();
@@ -292,10 +280,8 @@ async fn overlap_forbid_skips_while_a_run_is_active() {
     assert_eq!(fire_at(&s, &j, 3000).await.tickets.len(), 1);
 }
 
-#[tokio::test]
-async fn overlap_buffer_one_holds_one_occurrence_and_releases_it_when_the_run_ends() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = open(&dir, 1).await.unwrap();
+async fn overlap_buffer_one_holds_one_occurrence_and_releases_it_when_the_run_ends(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
     let mut j = job("t", 1000);
     j.spec.overlap = Overlap::BufferOne;
     s.create_job(&j, None).await.unwrap();
@@ -341,10 +327,8 @@ async fn overlap_buffer_one_holds_one_occurrence_and_releases_it_when_the_run_en
         .is_empty());
 }
 
-#[tokio::test]
-async fn overlap_replace_ends_the_active_run_and_ignores_its_late_result() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = open(&dir, 1).await.unwrap();
+async fn overlap_replace_ends_the_active_run_and_ignores_its_late_result(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
     let mut j = with_retry(job("t", 1000), 3, Backoff::Fixed);
     j.spec.overlap = Overlap::Replace;
     s.create_job(&j, None).await.unwrap();
@@ -366,10 +350,8 @@ async fn overlap_replace_ends_the_active_run_and_ignores_its_late_result() {
     assert_eq!(run_at(&s, &j, 2000).await.status, RunStatus::Dispatched);
 }
 
-#[tokio::test]
-async fn a_sharded_occurrence_succeeds_when_every_item_does() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = open(&dir, 1).await.unwrap();
+async fn a_sharded_occurrence_succeeds_when_every_item_does(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
     let j = job("t", 1000);
     s.create_job(&j, None).await.unwrap();
     let items: Vec<Ticket> = (0..3)
@@ -398,10 +380,8 @@ async fn a_sharded_occurrence_succeeds_when_every_item_does() {
     assert_eq!(run_at(&s, &j, 1000).await.ticket_ids.len(), 3);
 }
 
-#[tokio::test]
-async fn one_dead_item_makes_the_occurrence_dead() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = open(&dir, 1).await.unwrap();
+async fn one_dead_item_makes_the_occurrence_dead(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
     let j = job("t", 1000);
     s.create_job(&j, None).await.unwrap();
     let items: Vec<Ticket> = (0..2)
@@ -428,10 +408,8 @@ async fn one_dead_item_makes_the_occurrence_dead() {
     assert_eq!(run_at(&s, &j, 1000).await.status, RunStatus::Dead);
 }
 
-#[tokio::test]
-async fn a_paused_tenants_jobs_are_not_loaded() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = open(&dir, 1).await.unwrap();
+async fn a_paused_tenants_jobs_are_not_loaded(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
     let (a, b) = (job("a", 1000), job("b", 1000));
     s.create_job(&a, None).await.unwrap();
     s.create_job(&b, None).await.unwrap();
@@ -454,10 +432,8 @@ async fn a_paused_tenants_jobs_are_not_loaded() {
     assert_eq!(s.active_jobs_of("a").await.unwrap()[0].id, a.id);
 }
 
-#[tokio::test]
-async fn dead_letters_page_by_cursor_and_filter_by_tenant() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = open(&dir, 1).await.unwrap();
+async fn dead_letters_page_by_cursor_and_filter_by_tenant(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
     let mut dead = Vec::new();
     for (i, tenant) in ["a", "a", "b", "a", "b"].iter().enumerate() {
         let j = job(tenant, 1000);
@@ -491,3 +467,18 @@ async fn dead_letters_page_by_cursor_and_filter_by_tenant() {
         vec![dead[4], dead[2]]
     );
 }
+
+store_tests!(
+    a_failed_attempt_is_retried_under_the_same_ticket_until_it_is_dead,
+    the_default_single_attempt_goes_straight_to_the_dead_letters,
+    a_deleted_jobs_failed_ticket_is_not_retried,
+    started_and_progress_reports_feed_the_watchdog,
+    a_retry_waiting_for_its_backoff_survives_a_new_owner,
+    overlap_forbid_skips_while_a_run_is_active,
+    overlap_buffer_one_holds_one_occurrence_and_releases_it_when_the_run_ends,
+    overlap_replace_ends_the_active_run_and_ignores_its_late_result,
+    a_sharded_occurrence_succeeds_when_every_item_does,
+    one_dead_item_makes_the_occurrence_dead,
+    a_paused_tenants_jobs_are_not_loaded,
+    dead_letters_page_by_cursor_and_filter_by_tenant,
+);

@@ -6,6 +6,32 @@ use uuid::Uuid;
 
 use super::*;
 
+/// Runs each named test (an `async fn(TestDb)`) on SQLite, one `#[test]` each, and all of them in
+/// one `#[test]` on a PostgreSQL server started for it (one server instead of one per test).
+macro_rules! store_tests {
+    ($($name:ident),* $(,)?) => {
+        mod on_sqlite {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(super::TestDb::sqlite()).await
+                }
+            )*
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn every_test_on_postgres() {
+            let pg = chronoshard_test_util::Postgres::start()
+                .await
+                .expect("a PostgreSQL server starts (see crates/test-util/src/postgres.rs)");
+            $(
+                eprintln!("on postgres: {}", stringify!($name));
+                $name(TestDb::postgres(&pg).await).await;
+            )*
+        }
+    };
+}
+
 mod engine;
 
 fn spec(tenant: &str) -> JobSpec {
@@ -83,17 +109,38 @@ fn ticket(job: &JobRow, at: i64, epoch: u64) -> Ticket {
     }
 }
 
-async fn open(dir: &tempfile::TempDir, epoch: u64) -> Result<Store> {
-    Store::open(&dir.path().join("shard-0.db"), 0, epoch, "node-a", 0).await
+/// A shard database for one test: an SQLite file in a temp dir, or a fresh Postgres database.
+struct TestDb {
+    dbs: Databases,
+    _dir: Option<tempfile::TempDir>,
 }
 
-#[tokio::test]
-async fn an_older_epoch_is_fenced_once_a_newer_owner_opens() {
-    let dir = tempfile::tempdir().unwrap();
-    let old = open(&dir, 1).await.unwrap();
+impl TestDb {
+    fn sqlite() -> TestDb {
+        let dir = tempfile::tempdir().unwrap();
+        TestDb {
+            dbs: Databases::Sqlite(dir.path().to_path_buf()),
+            _dir: Some(dir),
+        }
+    }
+
+    async fn postgres(pg: &chronoshard_test_util::Postgres) -> TestDb {
+        TestDb {
+            dbs: Databases::Postgres(pg.create_database().await.unwrap()),
+            _dir: None,
+        }
+    }
+}
+
+async fn open(db: &TestDb, epoch: u64) -> Result<Store> {
+    Store::open(&db.dbs, 0, epoch, "node-a", 0).await
+}
+
+async fn an_older_epoch_is_fenced_once_a_newer_owner_opens(db: TestDb) {
+    let old = open(&db, 1).await.unwrap();
     let j = job("t", 1000);
     old.create_job(&j, None).await.unwrap();
-    let new = open(&dir, 2).await.unwrap();
+    let new = open(&db, 2).await.unwrap();
     // every write path of the old owner is refused, and nothing it tried is visible
     let err = old.create_job(&job("t", 5), None).await.unwrap_err();
     assert!(
@@ -124,10 +171,7 @@ async fn an_older_epoch_is_fenced_once_a_newer_owner_opens() {
     ));
     assert_eq!(new.list_jobs(None, None, 10).await.unwrap().len(), 1);
     // an older owner cannot even reopen
-    assert!(matches!(
-        open(&dir, 1).await,
-        Err(StoreError::Fenced { .. })
-    ));
+    assert!(matches!(open(&db, 1).await, Err(StoreError::Fenced { .. })));
     fire(
         &new,
         &j,
@@ -140,10 +184,8 @@ async fn an_older_epoch_is_fenced_once_a_newer_owner_opens() {
     .unwrap();
 }
 
-#[tokio::test]
-async fn one_ticket_per_occurrence_and_stale_entries_write_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = open(&dir, 1).await.unwrap();
+async fn one_ticket_per_occurrence_and_stale_entries_write_nothing(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
     let j = job("t", 1000);
     s.create_job(&j, None).await.unwrap();
     let out = fire(
@@ -183,10 +225,8 @@ async fn one_ticket_per_occurrence_and_stale_entries_write_nothing() {
     );
 }
 
-#[tokio::test]
-async fn results_apply_once_and_move_the_run() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = open(&dir, 1).await.unwrap();
+async fn results_apply_once_and_move_the_run(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
     let j = job("t", 1000);
     s.create_job(&j, None).await.unwrap();
     let t = fire(&s, &j, Some(1000), None, vec![ticket(&j, 1000, 1)], 1000)
@@ -248,10 +288,8 @@ async fn results_apply_once_and_move_the_run() {
     );
 }
 
-#[tokio::test]
-async fn idempotency_keys_return_the_first_job_or_refuse_a_different_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = open(&dir, 1).await.unwrap();
+async fn idempotency_keys_return_the_first_job_or_refuse_a_different_one(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
     let j = job("t", 1000);
     assert_eq!(
         s.create_job(&j, Some("k")).await.unwrap(),
@@ -274,3 +312,10 @@ async fn idempotency_keys_return_the_first_job_or_refuse_a_different_one() {
         CreateOutcome::Created
     );
 }
+
+store_tests!(
+    an_older_epoch_is_fenced_once_a_newer_owner_opens,
+    one_ticket_per_occurrence_and_stale_entries_write_nothing,
+    results_apply_once_and_move_the_run,
+    idempotency_keys_return_the_first_job_or_refuse_a_different_one,
+);
