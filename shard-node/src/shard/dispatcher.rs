@@ -1,14 +1,23 @@
 //! Publishing written tickets to JetStream: the outbox's sending half. Tickets arrive after their
 //! rows are committed; publishes are pipelined with at most `publish_window` acks outstanding; acks
 //! are recorded in batches; refused or timed-out publishes are retried with the same `Nats-Msg-Id`
-//! so JetStream drops a copy it already has. When the window is full the channel fills and the
-//! shard loop waits: the node slows down instead of growing an unbounded queue.
+//! so JetStream drops a copy it already has.
+//!
+//! When JetStream refuses or slows down, memory stays bounded and the shard loop never waits: once
+//! the hand-over channel is full the loop stops handing tickets over (`overflow`) and they stay in
+//! the outbox only; the dispatcher reads them back from there, oldest first, as the window frees.
+//! So firing and API writes go on during a JetStream outage, nothing is lost, and the backlog
+//! (`chronoshard_dispatch_backlog`) counts the outbox rows not yet acknowledged.
 //!
 //! Tickets that were written but never acknowledged (a crash, a publish lost with the connection)
 //! are found again by scanning the outbox at start and periodically.
 
 use std::{
     collections::{HashSet, VecDeque},
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc,
+    },
     time::Duration,
 };
 
@@ -19,7 +28,10 @@ use bytes::Bytes;
 use chronoshard_telemetry::metrics;
 use chronoshard_wire::{names, Ticket};
 use futures::{stream::FuturesUnordered, FutureExt, StreamExt};
-use tokio::{sync::mpsc, task::JoinHandle};
+use tokio::{
+    sync::mpsc::{self, error::TrySendError},
+    task::JoinHandle,
+};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 use uuid::Uuid;
@@ -34,21 +46,31 @@ const RESCAN_AGE_MS: i64 = 30_000;
 const RESCAN_EVERY: Duration = Duration::from_secs(10);
 const RETRY_AFTER: Duration = Duration::from_millis(500);
 const FLUSH_EVERY: Duration = Duration::from_millis(20);
+/// How often the outbox is counted for the backlog metric while tickets wait there only.
+const COUNT_OUTBOX_EVERY: Duration = Duration::from_secs(1);
 
 pub(crate) struct Handle {
     tx: Option<mpsc::Sender<Vec<Ticket>>>,
+    /// Set when a hand-over found the channel full: until the dispatcher has read the outbox
+    /// back, committed tickets are left there instead of handed over.
+    overflow: Arc<AtomicBool>,
     task: Option<JoinHandle<()>>,
 }
 
 impl Handle {
-    /// Hands committed tickets over for publishing; waits while the pipeline is full.
-    pub async fn publish(&self, tickets: Vec<Ticket>) {
-        if tickets.is_empty() {
+    /// Hands committed tickets over for publishing. Never waits: when the pipeline is full they
+    /// stay in the outbox, where the dispatcher finds them.
+    pub fn publish(&self, tickets: Vec<Ticket>) {
+        if tickets.is_empty() || self.overflow.load(Ordering::SeqCst) {
             return;
         }
         if let Some(tx) = &self.tx {
-            // A closed channel means the shard is stopping: the rows stay in the outbox.
-            let _ = tx.send(tickets).await;
+            match tx.try_send(tickets) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) => self.overflow.store(true, Ordering::SeqCst),
+                // The shard is stopping: the rows stay in the outbox for the next owner.
+                Err(TrySendError::Closed(_)) => {}
+            }
         }
     }
 
@@ -63,11 +85,13 @@ impl Handle {
 
 pub(crate) fn start(store: Store, ctx: ShardContext, stop: CancellationToken) -> Handle {
     let (tx, rx) = mpsc::channel(64);
+    let overflow = Arc::new(AtomicBool::new(false));
     let span = tracing::info_span!("dispatcher", shard_id = ctx.shard);
+    let dispatcher = Dispatcher::new(store, ctx.clone(), overflow.clone());
     let task = tokio::spawn(
         async move {
             let shard = ctx.shard;
-            if let Err(e) = Dispatcher::new(store, ctx).run(rx, stop.clone()).await {
+            if let Err(e) = dispatcher.run(rx, stop.clone()).await {
                 warn!(shard, error = %e, "dispatcher stopped; stopping shard");
                 stop.cancel();
             }
@@ -76,6 +100,7 @@ pub(crate) fn start(store: Store, ctx: ShardContext, stop: CancellationToken) ->
     );
     Handle {
         tx: Some(tx),
+        overflow,
         task: Some(task),
     }
 }
@@ -96,11 +121,16 @@ struct Dispatcher {
     acked: Vec<(Uuid, u32)>,
     /// Consecutive failed publishes: the retry backoff grows with it.
     failures: u32,
+    overflow: Arc<AtomicBool>,
+    /// Outbox rows not acknowledged, as last counted while overflowing (0 otherwise).
+    outbox_backlog: usize,
 }
 
 impl Dispatcher {
-    fn new(store: Store, ctx: ShardContext) -> Self {
+    fn new(store: Store, ctx: ShardContext, overflow: Arc<AtomicBool>) -> Self {
         Dispatcher {
+            overflow,
+            outbox_backlog: 0,
             store,
             shard_label: ctx.shard.to_string(),
             ctx,
@@ -131,6 +161,7 @@ impl Dispatcher {
         let mut flush = tokio::time::interval(FLUSH_EVERY);
         let mut rescan = tokio::time::interval(RESCAN_EVERY);
         rescan.reset();
+        let mut count_outbox = tokio::time::Instant::now();
         let mut open = true;
         loop {
             while inflight.len() < window {
@@ -145,12 +176,19 @@ impl Dispatcher {
                 biased;
                 _ = stop.cancelled() => break,
                 Some((t, res)) = inflight.next(), if !inflight.is_empty() => self.on_ack(t, res),
-                batch = rx.recv(), if open && self.queue.len() < window * 4 => match batch {
+                batch = rx.recv(), if open && self.waiting() < window * 4 => match batch {
                     Some(b) => self.enqueue(b),
                     None => open = false,
                 },
+                _ = std::future::ready(()), if self.overflow.load(Ordering::SeqCst) && self.waiting() < window => {
+                    self.read_outbox(window * 2).await?;
+                }
                 _ = flush.tick() => {
                     tolerate(self.flush().await)?;
+                    if count_outbox.elapsed() >= COUNT_OUTBOX_EVERY {
+                        count_outbox = tokio::time::Instant::now();
+                        self.count_outbox().await?;
+                    }
                     let now = tokio::time::Instant::now();
                     while self.retry.front().is_some_and(|(at, _)| *at <= now) {
                         let (_, t) = self.retry.pop_front().expect("front exists");
@@ -185,6 +223,47 @@ impl Dispatcher {
             Err(StoreError::Fenced { .. }) | Ok(()) => Ok(()),
             Err(e) => Err(e),
         }
+    }
+
+    /// Tickets held here and not in flight.
+    fn waiting(&self) -> usize {
+        self.queue.len() + self.retry.len()
+    }
+
+    /// Takes back, oldest first, what the shard loop left in the outbox while the hand-over
+    /// channel was full. The flag is cleared before reading, so a ticket left there after the
+    /// read started is either in this read or handed over through the channel.
+    async fn read_outbox(&mut self, limit: usize) -> Result<(), StoreError> {
+        // Acks not yet recorded would read as unpublished and be sent twice.
+        self.overflow.store(false, Ordering::SeqCst);
+        if tolerate(self.flush().await)?.is_none() {
+            // The periodic rescan picks the rows up once the database answers again.
+            return Ok(());
+        }
+        let now = self.ctx.clock.now_ms();
+        let rows = match tolerate(self.store.unpublished(now + 1, now, limit as u32).await)? {
+            Some(rows) => rows,
+            // The periodic rescan picks them up once the database answers again.
+            None => return Ok(()),
+        };
+        if rows.len() == limit {
+            self.overflow.store(true, Ordering::SeqCst);
+        } else {
+            self.outbox_backlog = 0;
+        }
+        self.enqueue(rows);
+        Ok(())
+    }
+
+    /// While tickets wait in the outbox only, the backlog is what the outbox holds.
+    async fn count_outbox(&mut self) -> Result<(), StoreError> {
+        if self.overflow.load(Ordering::SeqCst) {
+            let now = self.ctx.clock.now_ms();
+            if let Some(n) = tolerate(self.store.unpublished_count(now).await)? {
+                self.outbox_backlog = n as usize;
+            }
+        }
+        Ok(())
     }
 
     fn enqueue(&mut self, tickets: Vec<Ticket>) {
@@ -265,7 +344,7 @@ impl Dispatcher {
     }
 
     fn report_backlog(&self, inflight: usize) {
-        let backlog = self.queue.len() + self.retry.len() + inflight;
+        let backlog = (self.waiting() + inflight).max(self.outbox_backlog);
         metrics::DISPATCH_BACKLOG_GAUGE
             .with_label_values(&[&self.shard_label])
             .set(backlog as i64);

@@ -189,7 +189,7 @@ impl Shard {
             self.metrics.not_fired(nf.status, &nf.reason, nf.count);
         }
         self.count_fired(&out.occurrences, out.replaced);
-        self.dispatcher.publish(out.tickets).await;
+        self.dispatcher.publish(out.tickets);
         if let Some(next) = p.next {
             self.track(Due::of(&job, next));
         }
@@ -220,7 +220,7 @@ impl Shard {
             .await?;
         self.count_fired(&out.occurrences, out.replaced);
         let ids = out.tickets.iter().map(|t| t.ticket_id).collect();
-        self.dispatcher.publish(out.tickets).await;
+        self.dispatcher.publish(out.tickets);
         let fired = out
             .occurrences
             .into_iter()
@@ -276,7 +276,7 @@ impl Shard {
             Timer::Retry { ticket, attempt } => {
                 // Gone when the attempt was replaced, replayed or published by the outbox scan.
                 if let Some(t) = self.store.pending_attempt(ticket, attempt).await? {
-                    self.dispatcher.publish(vec![t]).await;
+                    self.dispatcher.publish(vec![t]);
                 }
                 Ok(())
             }
@@ -358,7 +358,7 @@ impl Shard {
         if !tickets.is_empty() {
             debug!(job_id = %job_id, "buffered occurrence released");
             self.metrics.fires.inc();
-            self.dispatcher.publish(tickets).await;
+            self.dispatcher.publish(tickets);
         }
         Ok(())
     }

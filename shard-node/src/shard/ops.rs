@@ -101,7 +101,7 @@ impl Shard {
             ))),
             Replay::Replayed(t) => {
                 info!(ticket_id = %ticket, attempt = t.attempt, "dead letter replayed");
-                self.dispatcher.publish(vec![*t]).await;
+                self.dispatcher.publish(vec![*t]);
                 match self.store.ticket(ticket).await? {
                     Some(view) => Ok(ShardReply::Ticket { ticket: view }),
                     None => Ok(not_found("ticket")),

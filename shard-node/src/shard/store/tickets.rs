@@ -304,6 +304,18 @@ impl Store {
         Ok(())
     }
 
+    /// How many ticket attempts may be published by `now` and are not acknowledged yet.
+    pub async fn unpublished_count(&self, now: i64) -> Result<u64> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM attempts WHERE published_at IS NULL AND finished_at IS NULL \
+             AND (not_before IS NULL OR not_before <= $1)",
+        )
+        .bind(now)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n as u64)
+    }
+
     /// Tickets whose current attempt was written before `before`, may be published by `now` (a
     /// retry waits for its backoff) and was never acknowledged by JetStream: the outbox to
     /// publish again after a crash or a failed publish.
