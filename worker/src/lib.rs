@@ -203,8 +203,9 @@ async fn with_progress<T>(
             out = &mut work => return out,
             _ = beat.tick() => {
                 let _ = msg.ack_with(AckKind::Progress).await;
-                // Not awaited: a lost progress report only shortens the watchdog's patience.
-                let _ = report(ctx, ticket, ResultKind::Progress, None, None).await;
+                // Its store ack is not awaited: a lost progress report only shortens the
+                // watchdog's patience.
+                let _ = report(ctx, ticket, ResultKind::Progress, None, None, None).await;
             }
         }
     }
@@ -246,7 +247,8 @@ async fn run_one(ctx: &Ctx, msg: async_nats::jetstream::Message) {
             .observe(late);
         // The `started` report is not awaited: the final one follows on the same connection and
         // subject, so it cannot overtake it.
-        let _ = report(ctx, &ticket, ResultKind::Started, None, None).await;
+        let delivery = msg.info().ok().map(|i| i.delivered as u64);
+        let _ = report(ctx, &ticket, ResultKind::Started, None, None, delivery).await;
         let timer = std::time::Instant::now();
         let outcome = with_progress(
             ctx,
@@ -276,6 +278,7 @@ async fn run_one(ctx: &Ctx, msg: async_nats::jetstream::Message) {
                 kind,
                 outcome.error.clone(),
                 outcome.http_status,
+                None,
             )
             .await
             {
@@ -301,6 +304,7 @@ async fn report(
     kind: ResultKind,
     error: Option<String>,
     http_status: Option<u16>,
+    delivery: Option<u64>,
 ) -> Result<
     async_nats::jetstream::context::PublishAckFuture,
     async_nats::jetstream::context::PublishError,
@@ -315,6 +319,7 @@ async fn report(
         at: chrono::Utc::now(),
         error,
         http_status,
+        delivery,
     };
     let msg = PublishMessage::build()
         .payload(Bytes::from(

@@ -58,6 +58,7 @@ impl HandWorker {
             at: chrono::Utc::now(),
             error: error.map(str::to_string),
             http_status: None,
+            delivery: None,
         };
         let msg = jetstream::message::PublishMessage::build()
             .payload(serde_json::to_vec(&r).expect("json").into())

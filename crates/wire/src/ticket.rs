@@ -105,11 +105,17 @@ pub struct TicketResult {
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_status: Option<u16>,
+    /// How many times JetStream has delivered this attempt's dispatch message (1 the first
+    /// time); part of a `started` report's de-duplication id, so the start of a redelivery to
+    /// another worker is not dropped as a copy of the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<u64>,
 }
 
 impl TicketResult {
     /// The `Nats-Msg-Id` that lets JetStream drop a re-sent result within its duplicate window.
-    /// Progress reports repeat by design, so theirs carries the report's time.
+    /// Progress reports repeat by design, so theirs carries the report's time; a start carries
+    /// the delivery count.
     pub fn dedup_id(&self) -> String {
         match self.kind {
             ResultKind::Progress => format!(
@@ -118,6 +124,10 @@ impl TicketResult {
                 self.attempt,
                 self.at.timestamp_millis()
             ),
+            ResultKind::Started => match self.delivery {
+                Some(d) => format!("{}:{}:Started:{d}", self.ticket_id, self.attempt),
+                None => format!("{}:{}:Started", self.ticket_id, self.attempt),
+            },
             kind => format!("{}:{}:{:?}", self.ticket_id, self.attempt, kind),
         }
     }

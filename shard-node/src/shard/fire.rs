@@ -301,6 +301,7 @@ impl Shard {
                             at: from_millis(now),
                             error: Some(reason.clone()),
                             http_status: None,
+                            delivery: None,
                         };
                         let applied = self.store.apply_results(&[lost], now).await?;
                         if applied.changed > 0 {

@@ -249,7 +249,13 @@ impl Shard {
                     }
                     Some(Command::Applied(applied)) => {
                         let now = self.ctx.clock.now_ms();
-                        self.follow(applied, now).await?;
+                        match self.follow(applied, now).await {
+                            Ok(()) => {}
+                            Err(e @ ShardError::Store(StoreError::Fenced { .. })) => return Err(e),
+                            // What was not armed is found again: due retries by the outbox
+                            // scan, buffered occurrences by the next run end or reopening.
+                            Err(e) => warn!(error = %e, "following applied results failed"),
+                        }
                     }
                     None => return Ok(()),
                 },

@@ -28,32 +28,36 @@ impl Shard {
         self.tenant_reply(tenant, None).await
     }
 
-    /// Resumes a tenant: each active job continues from its first occurrence after now, as a
-    /// resumed job does (no catch-up for the paused time).
+    /// Resumes a tenant: each active job whose next occurrence passed during the pause continues
+    /// from its first occurrence after now (no catch-up for the paused time, as a resumed job).
+    /// One transaction, so a crash cannot leave jobs to catch up the whole pause.
     pub(super) async fn resume_tenant(
         &mut self,
         tenant: &str,
         now: i64,
     ) -> Result<ShardReply, ShardError> {
-        if self.store.resume_tenant(tenant).await? {
-            info!(tenant, "tenant resumed");
-        }
-        self.paused.remove(tenant);
-        for mut job in self.store.active_jobs_of(tenant).await? {
+        let mut jobs = self.store.active_jobs_of(tenant).await?;
+        let mut moved = Vec::new();
+        for job in &mut jobs {
             if job.next_fire_at.is_some_and(|at| at < now) {
-                let Ok(schedule) = compile(&job) else {
+                let Ok(schedule) = compile(job) else {
                     continue;
                 };
                 job.next_fire_at = first_occurrence(&schedule, now);
                 if job.next_fire_at.is_none() {
                     job.state = chronoshard_wire::JobState::Completed;
                 }
-                job.updated_at = now;
-                self.store.update_job(&job).await?;
+                moved.push(job.clone());
             }
-            match job.next_fire_at {
-                Some(at) => self.track(Due::of(&job, at)),
-                None => self.untrack(job.id),
+        }
+        if self.store.resume_tenant(tenant, &moved, now).await? {
+            info!(tenant, moved = moved.len(), "tenant resumed");
+            self.paused.remove(tenant);
+            for job in &jobs {
+                match (job.state, job.next_fire_at) {
+                    (chronoshard_wire::JobState::Active, Some(at)) => self.track(Due::of(job, at)),
+                    _ => self.untrack(job.id),
+                }
             }
         }
         self.tenant_reply(tenant, None).await

@@ -101,7 +101,9 @@ pub(crate) async fn start(
                             let _ = m.ack().await;
                         }
                         // A shard closing drops this; the next owner re-arms from the store.
-                        let _ = commands.send(Command::Applied(applied)).await;
+                        if !applied.follow_ups.is_empty() || applied.dead > 0 {
+                            let _ = commands.send(Command::Applied(applied)).await;
+                        }
                     }
                     Err(e) => {
                         for m in msgs {

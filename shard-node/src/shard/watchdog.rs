@@ -3,15 +3,18 @@
 //!
 //! A worker enforces the ticket's timeout itself and reports a failure when it passes, so the
 //! watchdog only acts when a result is missing: the worker died, was cut off, or its report was
-//! lost. It waits `timeout + SLACK` after the start; past that, an attempt whose worker still
-//! sends progress reports gets up to the hard limit (`2 × timeout + SLACK`), one without recent
-//! progress is lost at once. A lost attempt is failed with a reason and retried per policy.
+//! lost. It waits `timeout + SLACK` after the (latest) start; past that, an attempt that showed
+//! life within `STALE_MS` gets up to the hard limit (`2 × timeout + SLACK`), one without is lost.
+//! A lost attempt is failed with a reason and retried per policy. Times are the shard's.
 
 /// Time for a result to travel and for the worker's own timeout to fire before the shard decides.
 pub const SLACK_MS: i64 = 10_000;
-/// Progress older than this means the worker stopped reporting (three missed reports at the
-/// default `ack_wait / 3` interval).
-pub const STALE_MS: i64 = 30_000;
+/// No sign of life (start or progress report) for this long means the worker is gone. It exceeds
+/// what a worker's death costs before another worker shows life: JetStream redelivers the ticket
+/// `ack_wait` (30 s) after the dead worker's last progress ack, and the new worker reports its
+/// start at once and progress every 10 s. A shorter wait would retry a ticket already running
+/// again elsewhere.
+pub const STALE_MS: i64 = 60_000;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -77,7 +80,7 @@ mod tests {
         // timeout 60 s: soft check at 70 s, hard limit at 130 s
         assert_eq!(
             verdict(0, Some(65_000), 60_000, 70_000),
-            Verdict::WaitUntil(95_000)
+            Verdict::WaitUntil(125_000)
         );
         assert_eq!(
             verdict(0, Some(120_000), 60_000, 125_000),

@@ -182,13 +182,14 @@ async fn apply_one(tx: &mut Tx, r: &TicketResult, now: i64, out: &mut Applied) -
     let tid = r.ticket_id.to_string();
     let at = r.at.timestamp_millis();
     match r.kind {
+        // The watchdog compares these times with the shard's clock, so they are the shard's
+        // (the time the report is applied), not the worker's, which may be off.
         ResultKind::Progress => {
             sqlx::query(
-                "UPDATE attempts SET heartbeat_at = CASE WHEN heartbeat_at IS NULL OR heartbeat_at < $1 \
-                 THEN $1 ELSE heartbeat_at END \
+                "UPDATE attempts SET heartbeat_at = $1 \
                  WHERE ticket_id = $2 AND attempt = $3 AND finished_at IS NULL",
             )
-            .bind(at)
+            .bind(now)
             .bind(&tid)
             .bind(r.attempt as i64)
             .execute(&mut **tx)
@@ -196,11 +197,13 @@ async fn apply_one(tx: &mut Tx, r: &TicketResult, now: i64, out: &mut Applied) -
             Ok(())
         }
         ResultKind::Started => {
+            // A second start of an open attempt is its redelivery to another worker after the
+            // first one died: the watchdog's clock starts again with it.
             let n = sqlx::query(
-                "UPDATE attempts SET started_at = $1, worker = $2, status = 'running' \
-                 WHERE ticket_id = $3 AND attempt = $4 AND started_at IS NULL AND finished_at IS NULL",
+                "UPDATE attempts SET started_at = $1, worker = $2, status = 'running', heartbeat_at = NULL \
+                 WHERE ticket_id = $3 AND attempt = $4 AND finished_at IS NULL",
             )
-            .bind(at)
+            .bind(now)
             .bind(&r.worker)
             .bind(&tid)
             .bind(r.attempt as i64)
@@ -232,7 +235,7 @@ async fn apply_one(tx: &mut Tx, r: &TicketResult, now: i64, out: &mut Applied) -
             out.follow_ups.push(FollowUp::Started {
                 ticket: r.ticket_id,
                 attempt: r.attempt,
-                started_at: at,
+                started_at: now,
                 timeout_ms: timeout.unwrap_or(DEFAULT_TIMEOUT_MS),
             });
             follow_attempt(tx, &tid, r.attempt, now).await?;

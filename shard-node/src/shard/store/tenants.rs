@@ -2,7 +2,7 @@
 
 use chronoshard_wire::{from_millis, rpc::TenantView};
 
-use super::{Result, Store};
+use super::{JobRow, Result, Store};
 
 impl Store {
     /// Tenants paused now.
@@ -27,16 +27,33 @@ impl Store {
         Ok(n == 1)
     }
 
-    /// Resumes a tenant; false when it was not paused.
-    pub async fn resume_tenant(&self, tenant: &str) -> Result<bool> {
+    /// Resumes a tenant and, in the same transaction, moves its jobs to the next occurrences the
+    /// caller computed (`moved`: each job with its new `next_fire_at` and state). False, with
+    /// nothing changed, when the tenant was not paused.
+    pub async fn resume_tenant(&self, tenant: &str, moved: &[JobRow], now: i64) -> Result<bool> {
         let mut tx = self.write().await?;
         let n = sqlx::query("DELETE FROM paused_tenants WHERE tenant = $1")
             .bind(tenant)
             .execute(&mut *tx)
             .await?
             .rows_affected();
+        if n == 0 {
+            return Ok(false);
+        }
+        for job in moved {
+            sqlx::query(
+                "UPDATE jobs SET next_fire_at = $1, state = $2, updated_at = $3 \
+                 WHERE id = $4 AND state = 'active'",
+            )
+            .bind(job.next_fire_at)
+            .bind(job.state.as_str())
+            .bind(now)
+            .bind(job.id.to_string())
+            .execute(&mut *tx)
+            .await?;
+        }
         tx.commit().await?;
-        Ok(n == 1)
+        Ok(true)
     }
 
     pub async fn tenant(&self, tenant: &str) -> Result<TenantView> {

@@ -134,31 +134,49 @@ impl Store {
         out: &mut FireOutcome,
     ) -> Result<Fired> {
         if overlap != Overlap::Allow {
+            // An occurrence recorded already (a trigger in the same millisecond) is left as it
+            // is: no policy may act for it.
+            let exists: Option<i64> = sqlx::query_scalar(
+                "SELECT scheduled_at FROM runs WHERE job_id = $1 AND scheduled_at = $2",
+            )
+            .bind(id)
+            .bind(at)
+            .fetch_optional(&mut **tx)
+            .await?;
+            if exists.is_some() {
+                return Ok(Fired::Exists);
+            }
             let active: Vec<i64> = sqlx::query_scalar(&format!(
                 "SELECT scheduled_at FROM runs WHERE job_id = $1 AND status IN {ACTIVE}"
             ))
             .bind(id)
             .fetch_all(&mut **tx)
             .await?;
-            if !active.is_empty() {
+            // A buffered occurrence occupies the job until it is released, even in the moment
+            // between the end of the run it waited for and its release: a newer one must not
+            // overtake it.
+            let buffered: Option<i64> = if overlap == Overlap::BufferOne {
+                sqlx::query_scalar("SELECT buffered_at FROM jobs WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&mut **tx)
+                    .await?
+                    .flatten()
+            } else {
+                None
+            };
+            if !active.is_empty() || buffered.is_some() {
                 match overlap {
                     Overlap::Allow => {}
                     Overlap::Forbid => {
                         return skip(tx, id, at, reason::OVERLAP_SKIPPED, now).await;
                     }
                     Overlap::BufferOne => {
-                        let buffered: Option<i64> =
-                            sqlx::query_scalar("SELECT buffered_at FROM jobs WHERE id = $1")
-                                .bind(id)
-                                .fetch_optional(&mut **tx)
-                                .await?
-                                .flatten();
                         if buffered.is_some() {
                             return skip(tx, id, at, reason::BUFFER_FULL, now).await;
                         }
-                        let n = sqlx::query(
+                        sqlx::query(
                             "INSERT INTO runs (job_id, scheduled_at, status, reason, attempts, created_at, updated_at) \
-                             VALUES ($1, $2, 'scheduled', $3, 0, $4, $5) ON CONFLICT DO NOTHING",
+                             VALUES ($1, $2, 'scheduled', $3, 0, $4, $5)",
                         )
                         .bind(id)
                         .bind(at)
@@ -166,11 +184,7 @@ impl Store {
                         .bind(now)
                         .bind(now)
                         .execute(&mut **tx)
-                        .await?
-                        .rows_affected();
-                        if n == 0 {
-                            return Ok(Fired::Exists);
-                        }
+                        .await?;
                         sqlx::query("UPDATE jobs SET buffered_at = $1 WHERE id = $2")
                             .bind(at)
                             .bind(id)

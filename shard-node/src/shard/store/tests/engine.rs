@@ -26,6 +26,7 @@ fn report(t: &Ticket, attempt: u32, kind: ResultKind, at: i64) -> TicketResult {
         at: from_millis(at),
         error: (kind == ResultKind::Failed).then(|| format!("boom {attempt}")),
         http_status: None,
+        delivery: None,
     }
 }
 
@@ -210,16 +211,33 @@ async fn started_and_progress_reports_feed_the_watchdog(db: TestDb) {
     s.apply_results(&[report(&t, 1, ResultKind::Progress, 5000)], 5000)
         .await
         .unwrap();
-    // an older progress report arriving late does not move it back
+    // a report counts from when the shard applies it, whatever the worker's clock said
     s.apply_results(&[report(&t, 1, ResultKind::Progress, 4000)], 5001)
         .await
         .unwrap();
     let open = s.open_attempt(t.ticket_id, 1).await.unwrap().unwrap();
     assert_eq!(
         (open.started_at, open.progress_at, open.timeout_ms),
-        (Some(1100), Some(5000), 1000)
+        (Some(1100), Some(5001), 1000)
     );
     assert_eq!(s.open_attempts().await.unwrap(), vec![open]);
+    // the worker died; JetStream delivered the attempt to another, which reports its start:
+    // the watchdog's clock starts again
+    let mut again = report(&t, 1, ResultKind::Started, 40_000);
+    again.worker = "w2".into();
+    let a = s.apply_results(&[again], 40_000).await.unwrap();
+    assert!(
+        matches!(
+            a.follow_ups[..],
+            [FollowUp::Started {
+                started_at: 40_000,
+                ..
+            }]
+        ),
+        "{a:?}"
+    );
+    let open = s.open_attempt(t.ticket_id, 1).await.unwrap().unwrap();
+    assert_eq!((open.started_at, open.progress_at), (Some(40_000), None));
     // the watchdog's verdict is applied as a failure; the real result, late, changes nothing
     let mut lost = report(&t, 1, ResultKind::Failed, 60_000);
     lost.worker = "watchdog".into();
@@ -426,9 +444,15 @@ async fn a_paused_tenants_jobs_are_not_loaded(db: TestDb) {
     let view = s.tenant("a").await.unwrap();
     assert_eq!((view.paused, view.jobs), (true, 1));
     assert_eq!(s.paused_tenants().await.unwrap(), vec!["a".to_string()]);
-    assert!(s.resume_tenant("a").await.unwrap());
-    assert!(!s.resume_tenant("a").await.unwrap());
-    assert_eq!(s.due_jobs(None, 5000).await.unwrap().len(), 2);
+    let mut moved = a.clone();
+    moved.next_fire_at = Some(4000);
+    assert!(s.resume_tenant("a", &[moved.clone()], 20).await.unwrap());
+    // a second resume changes nothing, not even the jobs it is given
+    moved.next_fire_at = Some(9000);
+    assert!(!s.resume_tenant("a", &[moved], 21).await.unwrap());
+    let due = s.due_jobs(None, 5000).await.unwrap();
+    assert_eq!(due.len(), 2);
+    assert!(due.iter().any(|d| d.id == a.id && d.at == 4000), "{due:?}");
     assert_eq!(s.active_jobs_of("a").await.unwrap()[0].id, a.id);
 }
 
@@ -468,7 +492,49 @@ async fn dead_letters_page_by_cursor_and_filter_by_tenant(db: TestDb) {
     );
 }
 
+async fn a_buffered_occurrence_is_not_overtaken_before_its_release(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
+    let mut j = job("t", 1000);
+    j.spec.overlap = Overlap::BufferOne;
+    s.create_job(&j, None).await.unwrap();
+    let t = fired(&s, &j, 1000).await;
+    assert_eq!(
+        fire_at(&s, &j, 2000).await.occurrences,
+        vec![(2000, Fired::Buffered)]
+    );
+    // the run ends; before the buffered one is released, the next occurrence falls due
+    s.apply_results(&[report(&t, 1, ResultKind::Succeeded, 2500)], 2500)
+        .await
+        .unwrap();
+    assert_eq!(
+        fire_at(&s, &j, 3000).await.occurrences,
+        vec![(3000, Fired::Skipped(reason::BUFFER_FULL))]
+    );
+    let released = s
+        .release_buffered(j.id, |at| vec![ticket(&j, at, 1)], 3100)
+        .await
+        .unwrap();
+    assert_eq!(released[0].scheduled_at, from_millis(2000));
+}
+
+async fn replace_leaves_an_occurrence_of_the_same_instant_alone(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
+    let mut j = job("t", 1000);
+    j.spec.overlap = Overlap::Replace;
+    s.create_job(&j, None).await.unwrap();
+    // a trigger at 1000, then the scheduled occurrence of the same millisecond
+    fired(&s, &j, 1000).await;
+    let out = fire_at(&s, &j, 1000).await;
+    assert_eq!(
+        (out.occurrences, out.replaced),
+        (vec![(1000, Fired::Exists)], 0)
+    );
+    assert_eq!(run_at(&s, &j, 1000).await.status, RunStatus::Dispatched);
+}
+
 store_tests!(
+    a_buffered_occurrence_is_not_overtaken_before_its_release,
+    replace_leaves_an_occurrence_of_the_same_instant_alone,
     a_failed_attempt_is_retried_under_the_same_ticket_until_it_is_dead,
     the_default_single_attempt_goes_straight_to_the_dead_letters,
     a_deleted_jobs_failed_ticket_is_not_retried,

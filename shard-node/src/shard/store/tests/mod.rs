@@ -251,6 +251,7 @@ async fn results_apply_once_and_move_the_run(db: TestDb) {
         at: Utc::now(),
         error: None,
         http_status: Some(200),
+        delivery: None,
     };
     assert_eq!(
         s.apply_results(&[result(ResultKind::Started)], 1002)
