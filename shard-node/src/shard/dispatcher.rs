@@ -199,6 +199,8 @@ impl Dispatcher {
                     }
                 }
                 _ = rescan.tick() => {
+                    // Acks not yet recorded would read as unpublished and be sent twice.
+                    tolerate(self.flush().await)?;
                     let now = self.ctx.clock.now_ms();
                     let old = self.store.unpublished(now - RESCAN_AGE_MS, now, 10_000).await;
                     if let Some(old) = tolerate(old)? {

@@ -20,6 +20,9 @@ use super::{
 
 /// Delay before a fire or timer that failed (not fenced) is tried again.
 const FIRE_RETRY_MS: i64 = 1_000;
+/// Most occurrences fired in one transaction: a storm is written in batches (one commit, one
+/// epoch check, one job read each), and tickets are handed over batch by batch.
+const FIRE_BATCH: usize = 128;
 
 /// An entry of the shard's wheel. 32 bytes, the size of the `(u128, i64)` it replaced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,17 +114,25 @@ impl Shard {
             }
         }
         self.due = due;
-        for d in fair::fair_order(occurrences, |d| (d.priority, d.tenant)) {
-            if self.in_wheel.get(&d.job).is_some_and(|(t, _)| *t == d.at) {
-                self.in_wheel.remove(&d.job);
+        let ordered = fair::fair_order(occurrences, |d| (d.priority, d.tenant));
+        for chunk in ordered.chunks(FIRE_BATCH) {
+            for d in chunk {
+                if self.in_wheel.get(&d.job).is_some_and(|(t, _)| *t == d.at) {
+                    self.in_wheel.remove(&d.job);
+                }
             }
-            match self.fire_job(d.job, d.at, now).await {
+            // The time of this batch, not of the pass: a long pass must not date its last
+            // tickets in the past (the outbox rescan would take them for stuck ones).
+            let now = self.ctx.clock.now_ms();
+            match self.fire_jobs(chunk, now).await {
                 Ok(()) => {}
                 Err(e) if fenced(&e) => return Err(e),
                 Err(e) => {
-                    // Nothing was written: fire the same occurrence again shortly.
-                    warn!(job_id = %d.job, error = %e, "fire failed; retrying in 1 s");
-                    self.track_at(d, now + FIRE_RETRY_MS);
+                    // Nothing was written: fire the same occurrences again shortly.
+                    warn!(count = chunk.len(), error = %e, "fire failed; retrying in 1 s");
+                    for d in chunk {
+                        self.track_at(*d, now + FIRE_RETRY_MS);
+                    }
                 }
             }
         }
@@ -139,59 +150,68 @@ impl Shard {
         Ok(())
     }
 
-    /// Fires one job's due occurrences (its catch-up plan) and tracks its next one.
-    async fn fire_job(&mut self, job_id: Uuid, at: i64, now: i64) -> Result<(), ShardError> {
-        let Some(job) = self.store.get_job(job_id).await? else {
-            return Ok(());
-        };
-        if self.paused.contains(&job.tenant) {
-            // Left as it is: resuming the tenant moves the job to its next occurrence.
-            return Ok(());
-        }
-        if job.state != JobState::Active || job.next_fire_at != Some(at) {
-            // The job changed after this entry was loaded: follow its real next occurrence.
-            if let (JobState::Active, Some(next)) = (job.state, job.next_fire_at) {
-                self.track(Due::of(&job, next));
+    /// Fires due occurrences of several jobs (each job's catch-up plan) in one transaction and
+    /// tracks each job's next occurrence.
+    async fn fire_jobs(&mut self, due: &[Due], now: i64) -> Result<(), ShardError> {
+        let ids: Vec<Uuid> = due.iter().map(|d| d.job).collect();
+        let jobs = self.store.get_jobs(&ids).await?;
+        let mut planned = Vec::with_capacity(due.len());
+        for d in due {
+            let Some(job) = jobs.get(&d.job) else {
+                continue;
+            };
+            if self.paused.contains(&job.tenant) {
+                // Left as it is: resuming the tenant moves the job to its next occurrence.
+                continue;
             }
-            return Ok(());
-        }
-        let schedule = match compile(&job) {
-            Ok(s) => s,
-            Err(e) => {
-                warn!(job_id = %job_id, error = %e, "stored schedule no longer compiles; job left unfired");
-                return Ok(());
+            if job.state != JobState::Active || job.next_fire_at != Some(d.at) {
+                // The job changed after this entry was loaded: follow its real next occurrence.
+                if let (JobState::Active, Some(next)) = (job.state, job.next_fire_at) {
+                    self.track(Due::of(job, next));
+                }
+                continue;
             }
-        };
-        let p = plan::plan(&schedule, at, now, &job.spec.catchup);
-        let occurrences = p
-            .fire
+            let schedule = match compile(job) {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!(job_id = %job.id, error = %e, "stored schedule no longer compiles; job left unfired");
+                    continue;
+                }
+            };
+            planned.push((
+                job,
+                d.at,
+                plan::plan(&schedule, d.at, now, &job.spec.catchup),
+            ));
+        }
+        let requests = planned
             .iter()
-            .map(|t| (*t, self.tickets_for(&job, *t)))
+            .map(|(job, at, p)| FireRequest {
+                job_id: job.id,
+                expected_next: Some(*at),
+                next_fire_at: p.next,
+                not_fired: &p.not_fired,
+                occurrences: p
+                    .fire
+                    .iter()
+                    .map(|t| (*t, self.tickets_for(job, *t)))
+                    .collect(),
+                overlap: job.spec.overlap,
+            })
             .collect();
-        let out = self
-            .store
-            .fire(
-                FireRequest {
-                    job_id,
-                    expected_next: Some(at),
-                    next_fire_at: p.next,
-                    not_fired: &p.not_fired,
-                    occurrences,
-                    overlap: job.spec.overlap,
-                },
-                now,
-            )
-            .await?;
-        if out.stale {
-            return Ok(());
-        }
-        for nf in &p.not_fired {
-            self.metrics.not_fired(nf.status, &nf.reason, nf.count);
-        }
-        self.count_fired(&out.occurrences, out.replaced);
-        self.dispatcher.publish(out.tickets);
-        if let Some(next) = p.next {
-            self.track(Due::of(&job, next));
+        let outcomes = self.store.fire_batch(requests, now).await?;
+        for ((job, _, p), out) in planned.iter().zip(outcomes) {
+            if out.stale {
+                continue;
+            }
+            for nf in &p.not_fired {
+                self.metrics.not_fired(nf.status, &nf.reason, nf.count);
+            }
+            self.count_fired(&out.occurrences, out.replaced);
+            self.dispatcher.publish(out.tickets);
+            if let Some(next) = p.next {
+                self.track(Due::of(job, next));
+            }
         }
         Ok(())
     }

@@ -1,5 +1,7 @@
 //! Job rows: create (with idempotency keys), read, list, update, and the due-job scan the loader uses.
 
+use std::collections::HashMap;
+
 use chronoshard_wire::{JobSpec, JobState};
 use sqlx::Row;
 use uuid::Uuid;
@@ -122,6 +124,27 @@ impl Store {
             .fetch_optional(&self.pool)
             .await?;
         row.as_ref().map(job_from_row).transpose()
+    }
+
+    /// Several jobs by id (those that exist), in one query.
+    pub async fn get_jobs(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, JobRow>> {
+        if ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let params: Vec<String> = (1..=ids.len()).map(|i| format!("${i}")).collect();
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({})",
+            params.join(", ")
+        );
+        let mut q = sqlx::query(&sql);
+        for id in ids {
+            q = q.bind(id.to_string());
+        }
+        q.fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| job_from_row(r).map(|j| (j.id, j)))
+            .collect()
     }
 
     /// Jobs ordered by id (UUIDv7, so by creation time), after the cursor, optionally one tenant's;

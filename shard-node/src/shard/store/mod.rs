@@ -83,8 +83,11 @@ impl Store {
                 std::fs::create_dir_all(dir).map_err(|e| StoreError::Db(sqlx::Error::Io(e)))?;
                 let path = dir.join(format!("shard-{shard}.db"));
                 let url = format!("sqlite://{}?mode=rwc", path.display());
+                // One connection: SQLite has one writer anyway, and a second connection would
+                // wait on the lock in SQLite's busy handler (sleeping 1, 2, 5, 10 ms…) instead
+                // of queueing, and lose its page cache whenever the other one writes.
                 let pool = AnyPoolOptions::new()
-                    .max_connections(4)
+                    .max_connections(1)
                     .after_connect(|conn, _| {
                         Box::pin(async move {
                             // WAL + NORMAL survives a process crash; only an OS crash may lose

@@ -81,7 +81,27 @@ impl Store {
     /// overlap policy against the job's active runs, then writes a run, tickets and first attempts.
     /// An occurrence that already has a run row is not ticketed again.
     pub async fn fire(&self, req: FireRequest<'_>, now: i64) -> Result<FireOutcome> {
+        let mut outs = self.fire_batch(vec![req], now).await?;
+        Ok(outs.pop().unwrap_or_default())
+    }
+
+    /// Several fire requests (of different jobs) in one transaction; one outcome per request, in
+    /// order. A stale request writes nothing and does not affect the others.
+    pub async fn fire_batch(
+        &self,
+        requests: Vec<FireRequest<'_>>,
+        now: i64,
+    ) -> Result<Vec<FireOutcome>> {
         let mut tx = self.write().await?;
+        let mut outs = Vec::with_capacity(requests.len());
+        for req in requests {
+            outs.push(self.fire_in(&mut tx, req, now).await?);
+        }
+        tx.commit().await?;
+        Ok(outs)
+    }
+
+    async fn fire_in(&self, tx: &mut Tx, req: FireRequest<'_>, now: i64) -> Result<FireOutcome> {
         let id = req.job_id.to_string();
         if let Some(expected) = req.expected_next {
             let state = if req.next_fire_at.is_some() {
@@ -98,7 +118,7 @@ impl Store {
             .bind(now)
             .bind(&id)
             .bind(expected)
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await?
             .rows_affected();
             if n == 0 {
@@ -109,16 +129,15 @@ impl Store {
             }
         }
         for nf in req.not_fired {
-            insert_not_fired(&mut tx, &id, nf, now).await?;
+            insert_not_fired(tx, &id, nf, now).await?;
         }
         let mut out = FireOutcome::default();
         for (at, tickets) in req.occurrences {
             let fired = self
-                .fire_one(&mut tx, &id, at, req.overlap, tickets, now, &mut out)
+                .fire_one(tx, &id, at, req.overlap, tickets, now, &mut out)
                 .await?;
             out.occurrences.push((at, fired));
         }
-        tx.commit().await?;
         Ok(out)
     }
 

@@ -532,7 +532,41 @@ async fn replace_leaves_an_occurrence_of_the_same_instant_alone(db: TestDb) {
     assert_eq!(run_at(&s, &j, 1000).await.status, RunStatus::Dispatched);
 }
 
+async fn a_batch_fires_each_job_once_and_a_stale_entry_spoils_nothing(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
+    let (a, b) = (job("t", 1000), job("u", 1000));
+    s.create_job(&a, None).await.unwrap();
+    s.create_job(&b, None).await.unwrap();
+    let jobs = s.get_jobs(&[a.id, b.id, Uuid::now_v7()]).await.unwrap();
+    assert_eq!(jobs.len(), 2, "unknown ids are left out");
+    let request = |j: &JobRow, expected: i64| FireRequest {
+        job_id: j.id,
+        expected_next: Some(expected),
+        next_fire_at: Some(2000),
+        not_fired: &[],
+        occurrences: vec![(expected, vec![ticket(j, expected, 1)])],
+        overlap: Overlap::Allow,
+    };
+    // b's entry is stale (its next occurrence is 1000, not 999)
+    let outs = s
+        .fire_batch(vec![request(&a, 1000), request(&b, 999)], 1000)
+        .await
+        .unwrap();
+    assert_eq!((outs[0].tickets.len(), outs[0].stale), (1, false));
+    assert_eq!((outs[1].tickets.len(), outs[1].stale), (0, true));
+    assert_eq!(
+        s.get_job(a.id).await.unwrap().unwrap().next_fire_at,
+        Some(2000)
+    );
+    assert_eq!(
+        s.get_job(b.id).await.unwrap().unwrap().next_fire_at,
+        Some(1000)
+    );
+    assert!(s.runs(b.id, None, 10).await.unwrap().is_empty());
+}
+
 store_tests!(
+    a_batch_fires_each_job_once_and_a_stale_entry_spoils_nothing,
     a_buffered_occurrence_is_not_overtaken_before_its_release,
     replace_leaves_an_occurrence_of_the_same_instant_alone,
     a_failed_attempt_is_retried_under_the_same_ticket_until_it_is_dead,
