@@ -50,6 +50,12 @@ mod wheel;
 
 pub use wheel::{TimerKey, TimerWheel};
 
+/// Bytes one pending entry with payload `T` costs in a wheel (spare capacity and the free stack
+/// aside), so a user of the wheel can check its own payload against a budget at compile time.
+pub const fn entry_bytes<T>() -> usize {
+    slab::entry_bytes::<T>()
+}
+
 /// Bytes one pending entry costs for a 16-byte payload: the acceptance target is under 64.
 const _: () = assert!(slab::entry_bytes::<u128>() == 48);
 const _: () = assert!(slab::entry_bytes::<(u64, u64)>() == 40);
