@@ -13,7 +13,7 @@ use tracing::{debug, warn};
 use uuid::Uuid;
 
 use super::{
-    compile, fair, plan,
+    compile, plan,
     store::{Applied, DueRow, FireRequest, Fired, FollowUp, JobRow, StoreError},
     watchdog, Shard, ShardError,
 };
@@ -23,6 +23,8 @@ const FIRE_RETRY_MS: i64 = 1_000;
 /// Most occurrences fired in one transaction: a storm is written in batches (one commit, one
 /// epoch check, one job read each), and tickets are handed over batch by batch.
 const FIRE_BATCH: usize = 128;
+/// Batches fired before the loop serves a waiting API write or result again.
+const FIRE_BATCHES_PER_TURN: usize = 4;
 
 /// An entry of the shard's wheel: 32 bytes (a wheel entry with it: see the assertion below).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,12 +96,12 @@ fn fenced(e: &ShardError) -> bool {
 }
 
 impl Shard {
-    /// Fires every wheel entry that is due: occurrences by priority with tenants taking turns,
-    /// then retries and watchdog checks.
+    /// Fires what is due: retries and watchdog checks, and occurrences by priority with tenants
+    /// taking turns. At most `FIRE_BATCH × FIRE_BATCHES_PER_TURN` occurrences per call: the rest
+    /// of a storm waits in `backlog`, so the loop serves API writes and results in between.
     pub(super) async fn fire_due(&mut self, now: i64) -> Result<(), ShardError> {
         let mut due = std::mem::take(&mut self.due);
         self.wheel.advance(now.max(0) as u64, &mut due);
-        let mut occurrences = Vec::new();
         let mut others = Vec::new();
         for (_, timer) in due.drain(..) {
             match timer {
@@ -108,34 +110,40 @@ impl Shard {
                     at,
                     priority,
                     tenant,
-                } => occurrences.push(Due {
-                    job,
-                    at,
-                    priority,
-                    tenant,
-                }),
+                } => {
+                    if self.in_wheel.get(&job).is_some_and(|(t, _)| *t == at) {
+                        self.in_wheel.remove(&job);
+                    }
+                    let d = Due {
+                        job,
+                        at,
+                        priority,
+                        tenant,
+                    };
+                    self.backlog.push(priority, tenant, d);
+                }
                 other => others.push(other),
             }
         }
         self.due = due;
-        let ordered = fair::fair_order(occurrences, |d| (d.priority, d.tenant));
-        for chunk in ordered.chunks(FIRE_BATCH) {
-            for d in chunk {
-                if self.in_wheel.get(&d.job).is_some_and(|(t, _)| *t == d.at) {
-                    self.in_wheel.remove(&d.job);
-                }
+        for _ in 0..FIRE_BATCHES_PER_TURN {
+            let chunk: Vec<Due> = std::iter::from_fn(|| self.backlog.pop())
+                .take(FIRE_BATCH)
+                .collect();
+            if chunk.is_empty() {
+                break;
             }
             // The time of this batch, not of the pass: a long pass must not date its last
             // tickets in the past (the outbox rescan would take them for stuck ones).
             let now = self.ctx.clock.now_ms();
-            match self.fire_jobs(chunk, now).await {
+            match self.fire_jobs(&chunk, now).await {
                 Ok(()) => {}
                 Err(e) if fenced(&e) => return Err(e),
                 Err(e) => {
                     // Nothing was written: fire the same occurrences again shortly.
                     warn!(count = chunk.len(), error = %e, "fire failed; retrying in 1 s");
                     for d in chunk {
-                        self.track_at(*d, now + FIRE_RETRY_MS);
+                        self.track_at(d, now + FIRE_RETRY_MS);
                     }
                 }
             }

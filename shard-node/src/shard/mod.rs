@@ -126,6 +126,7 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
         in_wheel: HashMap::new(),
         loaded_until: None,
         paused: HashSet::new(),
+        backlog: fair::FairQueue::default(),
         store: store.clone(),
         dispatcher,
         ctx: ctx.clone(),
@@ -157,6 +158,9 @@ struct Shard {
     loaded_until: Option<i64>,
     /// Tenants paused now (the store's `paused_tenants`, kept here so a fire needs no query).
     paused: HashSet<String>,
+    /// Occurrences taken from the wheel and not fired yet (a storm is fired a few batches per
+    /// turn of the loop), highest priority first, tenants taking turns.
+    backlog: fair::FairQueue<u32, Due>,
     store: Store,
     dispatcher: dispatcher::Handle,
     ctx: ShardContext,
@@ -225,7 +229,12 @@ impl Shard {
                 .map(|d| d as i64)
                 .unwrap_or(i64::MAX)
                 .min(next_load);
-            let sleep = Duration::from_millis((wake - self.ctx.clock.now_ms()).max(0) as u64);
+            // With a backlog, go round at once (after a waiting command, if any).
+            let sleep = if self.backlog.is_empty() {
+                Duration::from_millis((wake - self.ctx.clock.now_ms()).max(0) as u64)
+            } else {
+                Duration::ZERO
+            };
             tokio::select! {
                 biased;
                 _ = stop.cancelled() => return Ok(()),
