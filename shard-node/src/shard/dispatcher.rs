@@ -21,7 +21,7 @@ use std::{
     time::Duration,
 };
 
-use super::fair::FairQueue;
+use super::fair::{tenant_tag, FairQueue};
 
 use async_nats::jetstream::{context::PublishAckFuture, message::PublishMessage};
 use bytes::Bytes;
@@ -114,7 +114,7 @@ struct Dispatcher {
     shard_label: String,
     /// Tickets waiting for a place in the publish window: highest priority first, tenants taking
     /// turns within a priority.
-    queue: FairQueue<String, Ticket>,
+    queue: FairQueue<u32, Ticket>,
     retry: VecDeque<(tokio::time::Instant, Ticket)>,
     /// Tickets queued or in flight, so an outbox scan does not queue them twice.
     pending: HashSet<(Uuid, u32)>,
@@ -277,7 +277,7 @@ impl Dispatcher {
     }
 
     fn push(&mut self, t: Ticket) {
-        self.queue.push(t.priority, t.tenant.clone(), t);
+        self.queue.push(t.priority, tenant_tag(&t.tenant), t);
     }
 
     async fn send(&self, t: Ticket) -> Inflight {

@@ -4,8 +4,17 @@
 
 use std::{
     collections::{BTreeMap, HashMap, VecDeque},
-    hash::Hash,
+    hash::{DefaultHasher, Hash, Hasher},
 };
+
+/// A short tag for a tenant, the key its turns are taken by; two tenants sharing a tag share a
+/// turn. A tag instead of the name keeps the wheel entry small and the dispatch path free of
+/// string copies.
+pub fn tenant_tag(tenant: &str) -> u32 {
+    let mut h = DefaultHasher::new();
+    tenant.hash(&mut h);
+    h.finish() as u32
+}
 
 /// A queue that pops the highest priority first and rotates over tenants (`K`) within a priority.
 #[derive(Debug)]
@@ -84,20 +93,23 @@ impl<K: Hash + Eq + Clone, T> FairQueue<K, T> {
     }
 }
 
-/// Reorders a batch the same way a `FairQueue` would pop it.
-pub fn fair_order<K: Hash + Eq + Clone, T>(items: Vec<T>, key: impl Fn(&T) -> (u8, K)) -> Vec<T> {
-    let mut q = FairQueue::default();
-    for item in items {
-        let (priority, tenant) = key(&item);
-        q.push(priority, tenant, item);
-    }
-    std::iter::from_fn(|| q.pop()).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Reorders a batch the same way a `FairQueue` would pop it.
+    pub fn fair_order<K: Hash + Eq + Clone, T>(
+        items: Vec<T>,
+        key: impl Fn(&T) -> (u8, K),
+    ) -> Vec<T> {
+        let mut q = FairQueue::default();
+        for item in items {
+            let (priority, tenant) = key(&item);
+            q.push(priority, tenant, item);
+        }
+        std::iter::from_fn(|| q.pop()).collect()
+    }
 
     #[test]
     fn a_large_tenant_does_not_hold_back_a_small_one() {

@@ -3,8 +3,6 @@
 //! the watchdog judge a started attempt that has not reported. Also what follows applied results
 //! (timers to arm, a buffered occurrence to release) and re-arming all of it when a shard opens.
 
-use std::hash::{DefaultHasher, Hash, Hasher};
-
 use chronoshard_wire::{
     from_millis, trace_id_of, JobState, ResultKind, RunStatus, Ticket, TicketResult,
     PROTOCOL_VERSION,
@@ -13,7 +11,9 @@ use tracing::{debug, warn};
 use uuid::Uuid;
 
 use super::{
-    compile, plan,
+    compile,
+    fair::tenant_tag,
+    plan,
     store::{Applied, DueRow, FireRequest, Fired, FollowUp, JobRow, StoreError},
     watchdog, Shard, ShardError,
 };
@@ -82,13 +82,6 @@ impl Due {
             tenant: self.tenant,
         }
     }
-}
-
-/// A short tag for a tenant, for taking turns; two tenants sharing a tag share a turn.
-fn tenant_tag(tenant: &str) -> u32 {
-    let mut h = DefaultHasher::new();
-    tenant.hash(&mut h);
-    h.finish() as u32
 }
 
 fn fenced(e: &ShardError) -> bool {
