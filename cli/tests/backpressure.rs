@@ -22,13 +22,7 @@ async fn limit_dispatch_stream(nats_url: &str, max_messages: i64) {
 }
 
 async fn backlog(api: &Api) -> i64 {
-    let (_, _, text) = api.send(reqwest::Method::GET, "/metrics", None).await;
-    text.as_str()
-        .unwrap()
-        .lines()
-        .filter(|l| l.starts_with("chronoshard_dispatch_backlog{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
-        .sum()
+    api.metric_sum("chronoshard_dispatch_backlog").await as i64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -106,6 +106,18 @@ impl Api {
         .unwrap()
     }
 
+    /// The sum of a metric over all its label sets, as `/metrics` shows it now.
+    pub async fn metric_sum(&self, name: &str) -> f64 {
+        let (_, _, text) = self.send(reqwest::Method::GET, "/metrics", None).await;
+        let prefix = format!("{name}{{");
+        text.as_str()
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
     /// Runs of a job that are not merely `scheduled`.
     pub async fn past_runs(&self, job: &str) -> Vec<Value> {
         let (status, page) = self.get(&format!("/v1/jobs/{job}/runs?limit=500")).await;

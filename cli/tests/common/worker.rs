@@ -37,12 +37,22 @@ impl HandWorker {
 
     /// The next ticket (acknowledged at once: this worker keeps no delivery open).
     pub async fn next_ticket(&mut self, within: Duration) -> Ticket {
+        self.take(within, AckKind::Ack).await
+    }
+
+    /// Takes the next ticket and terminates its delivery without reporting anything, as a worker
+    /// that cannot handle it might.
+    pub async fn reject_next(&mut self, within: Duration) -> Ticket {
+        self.take(within, AckKind::Term).await
+    }
+
+    async fn take(&mut self, within: Duration, ack: AckKind) -> Ticket {
         let msg = tokio::time::timeout(within, self.messages.next())
             .await
             .expect("a ticket arrives in time")
             .expect("stream open")
             .expect("message");
-        msg.ack_with(AckKind::Ack).await.expect("ack");
+        msg.ack_with(ack).await.expect("ack");
         serde_json::from_slice(&msg.payload).expect("a ticket")
     }
 

@@ -25,6 +25,7 @@ pub const START_LATENESS: &str = "chronoshard_start_lateness_seconds";
 pub const RETRIES: &str = "chronoshard_retries_total";
 pub const DEAD_LETTERS: &str = "chronoshard_dead_letters_total";
 pub const ATTEMPTS_LOST: &str = "chronoshard_attempts_lost_total";
+pub const TICKETS_RESENT: &str = "chronoshard_tickets_resent_total";
 pub const RUNS_REPLACED: &str = "chronoshard_runs_replaced_total";
 
 const LATENESS_BUCKETS: &[f64] = &[
@@ -163,6 +164,15 @@ pub static ATTEMPTS_LOST_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         ATTEMPTS_LOST,
         "attempts failed by the timeout watchdog",
+        &["shard"]
+    )
+    .expect("metric")
+});
+/// Published tickets the dispatch stream lost before any worker started them, sent again.
+pub static TICKETS_RESENT_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        TICKETS_RESENT,
+        "tickets sent again by the lost-ticket sweep",
         &["shard"]
     )
     .expect("metric")

@@ -10,7 +10,9 @@
 //! (`chronoshard_dispatch_backlog`) counts the outbox rows not yet acknowledged.
 //!
 //! Tickets that were written but never acknowledged (a crash, a publish lost with the connection)
-//! are found again by scanning the outbox at start and periodically.
+//! are found again by scanning the outbox at start and periodically; tickets JetStream acknowledged
+//! and then lost are put back into the outbox by the lost-ticket sweep (`sweep.rs`), which rings
+//! the `OutboxBell`.
 
 use std::{
     collections::{HashSet, VecDeque},
@@ -37,7 +39,7 @@ use tracing::{info, warn, Instrument};
 use uuid::Uuid;
 
 use super::{
-    store::{Store, StoreError},
+    store::{Acked, Outgoing, Store, StoreError},
     ShardContext,
 };
 
@@ -50,7 +52,7 @@ const FLUSH_EVERY: Duration = Duration::from_millis(20);
 const COUNT_OUTBOX_EVERY: Duration = Duration::from_secs(1);
 
 pub(crate) struct Handle {
-    tx: Option<mpsc::Sender<Vec<Ticket>>>,
+    tx: Option<mpsc::Sender<Vec<Outgoing>>>,
     /// Set when a hand-over found the channel full: until the dispatcher has read the outbox
     /// back, committed tickets are left there instead of handed over.
     overflow: Arc<AtomicBool>,
@@ -65,7 +67,7 @@ impl Handle {
             return;
         }
         if let Some(tx) = &self.tx {
-            match tx.try_send(tickets) {
+            match tx.try_send(tickets.into_iter().map(Outgoing::from).collect()) {
                 Ok(()) => {}
                 Err(TrySendError::Full(_)) => self.overflow.store(true, Ordering::SeqCst),
                 // The shard is stopping: the rows stay in the outbox for the next owner.
@@ -74,12 +76,28 @@ impl Handle {
         }
     }
 
+    /// What another task rings after putting tickets back into the outbox.
+    pub fn bell(&self) -> OutboxBell {
+        OutboxBell(self.overflow.clone())
+    }
+
     /// Stops accepting tickets and waits for the dispatcher to record what was acknowledged.
     pub async fn closed(&mut self) {
         self.tx.take();
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
+    }
+}
+
+/// Tells the dispatcher that tickets wait in the outbox only: it reads them back within a flush
+/// interval.
+#[derive(Clone)]
+pub(crate) struct OutboxBell(Arc<AtomicBool>);
+
+impl OutboxBell {
+    pub fn ring(&self) {
+        self.0.store(true, Ordering::SeqCst);
     }
 }
 
@@ -105,8 +123,9 @@ pub(crate) fn start(store: Store, ctx: ShardContext, stop: CancellationToken) ->
     }
 }
 
+/// A publish awaiting its ack: the stream sequence it was stored under, or why it failed.
 type Inflight =
-    std::pin::Pin<Box<dyn std::future::Future<Output = (Ticket, Result<(), String>)> + Send>>;
+    std::pin::Pin<Box<dyn std::future::Future<Output = (Outgoing, Result<u64, String>)> + Send>>;
 
 struct Dispatcher {
     store: Store,
@@ -114,11 +133,11 @@ struct Dispatcher {
     shard_label: String,
     /// Tickets waiting for a place in the publish window: highest priority first, tenants taking
     /// turns within a priority.
-    queue: FairQueue<u32, Ticket>,
-    retry: VecDeque<(tokio::time::Instant, Ticket)>,
+    queue: FairQueue<u32, Outgoing>,
+    retry: VecDeque<(tokio::time::Instant, Outgoing)>,
     /// Tickets queued or in flight, so an outbox scan does not queue them twice.
     pending: HashSet<(Uuid, u32)>,
-    acked: Vec<(Uuid, u32)>,
+    acked: Vec<Acked>,
     /// Consecutive failed publishes: the retry backoff grows with it.
     failures: u32,
     overflow: Arc<AtomicBool>,
@@ -144,7 +163,7 @@ impl Dispatcher {
 
     async fn run(
         mut self,
-        mut rx: mpsc::Receiver<Vec<Ticket>>,
+        mut rx: mpsc::Receiver<Vec<Outgoing>>,
         stop: CancellationToken,
     ) -> Result<(), StoreError> {
         let window = self.ctx.config.publish_window.max(1);
@@ -268,23 +287,25 @@ impl Dispatcher {
         Ok(())
     }
 
-    fn enqueue(&mut self, tickets: Vec<Ticket>) {
-        for t in tickets {
-            if self.pending.insert((t.ticket_id, t.attempt)) {
-                self.push(t);
+    fn enqueue(&mut self, tickets: Vec<Outgoing>) {
+        for o in tickets {
+            if self.pending.insert((o.ticket.ticket_id, o.ticket.attempt)) {
+                self.push(o);
             }
         }
     }
 
-    fn push(&mut self, t: Ticket) {
-        self.queue.push(t.priority, tenant_tag(&t.tenant), t);
+    fn push(&mut self, o: Outgoing) {
+        self.queue
+            .push(o.ticket.priority, tenant_tag(&o.ticket.tenant), o);
     }
 
-    async fn send(&self, t: Ticket) -> Inflight {
-        let body = Bytes::from(serde_json::to_vec(&t).expect("ticket serialises"));
+    async fn send(&self, o: Outgoing) -> Inflight {
+        let t = &o.ticket;
+        let body = Bytes::from(serde_json::to_vec(t).expect("ticket serialises"));
         let msg = PublishMessage::build()
             .payload(body)
-            .message_id(format!("{}:{}", t.ticket_id, t.attempt))
+            .message_id(msg_id(&o))
             .header(names::HDR_TICKET_ID, t.ticket_id.to_string().as_str())
             .header(names::HDR_ATTEMPT, t.attempt.to_string().as_str());
         match self
@@ -294,17 +315,18 @@ impl Dispatcher {
             .send_publish(names::dispatch_subject(&t.queue), msg)
             .await
         {
-            Ok(ack) => async move { (t, wait_ack(ack).await) }.boxed(),
+            Ok(ack) => async move { (o, wait_ack(ack).await) }.boxed(),
             Err(e) => {
                 let e = e.to_string();
-                async move { (t, Err(e)) }.boxed()
+                async move { (o, Err(e)) }.boxed()
             }
         }
     }
 
-    fn on_ack(&mut self, t: Ticket, res: Result<(), String>) {
+    fn on_ack(&mut self, o: Outgoing, res: Result<u64, String>) {
+        let t = &o.ticket;
         match res {
-            Ok(()) => {
+            Ok(seq) => {
                 self.failures = 0;
                 self.pending.remove(&(t.ticket_id, t.attempt));
                 let late = (self.ctx.clock.now_ms() - t.scheduled_at.timestamp_millis()).max(0)
@@ -316,7 +338,11 @@ impl Dispatcher {
                 metrics::TICKETS_PUBLISHED_TOTAL
                     .with_label_values(&[&self.shard_label])
                     .inc();
-                self.acked.push((t.ticket_id, t.attempt));
+                self.acked.push(Acked {
+                    ticket: t.ticket_id,
+                    attempt: t.attempt,
+                    seq,
+                });
             }
             Err(e) => {
                 metrics::PUBLISH_ERRORS_TOTAL
@@ -329,7 +355,7 @@ impl Dispatcher {
                 }
                 let backoff = RETRY_AFTER * 2u32.pow(self.failures.ilog2().min(4));
                 self.retry
-                    .push_back((tokio::time::Instant::now() + backoff, t));
+                    .push_back((tokio::time::Instant::now() + backoff, o));
             }
         }
     }
@@ -366,6 +392,16 @@ fn tolerate<T>(r: Result<T, StoreError>) -> Result<Option<T>, StoreError> {
     }
 }
 
-async fn wait_ack(ack: PublishAckFuture) -> Result<(), String> {
-    ack.await.map(|_| ()).map_err(|e| e.to_string())
+/// A duplicate's ack names the sequence of the copy the stream already holds.
+async fn wait_ack(ack: PublishAckFuture) -> Result<u64, String> {
+    ack.await.map(|a| a.sequence).map_err(|e| e.to_string())
+}
+
+/// JetStream drops a publish whose id it has seen within its duplicate window: a retried publish
+/// keeps the id, a resend of a lost ticket gets a new one (the window may still hold the old).
+fn msg_id(o: &Outgoing) -> String {
+    match o.resends {
+        0 => format!("{}:{}", o.ticket.ticket_id, o.ticket.attempt),
+        n => format!("{}:{}:resend-{n}", o.ticket.ticket_id, o.ticket.attempt),
+    }
 }

@@ -16,6 +16,7 @@ mod results;
 pub mod retry;
 mod rpc;
 pub mod store;
+pub mod sweep;
 pub mod watchdog;
 
 use std::{
@@ -49,6 +50,9 @@ pub struct ShardConfig {
     pub load_every: Duration,
     /// Most tickets awaiting a JetStream ack at once.
     pub publish_window: usize,
+    /// A published ticket no worker has started after this long is looked for in the dispatch
+    /// stream, and sent again if the stream lost it (`sweep.rs`).
+    pub resend_after: Duration,
 }
 
 impl Default for ShardConfig {
@@ -57,6 +61,7 @@ impl Default for ShardConfig {
             horizon: Duration::from_secs(300),
             load_every: Duration::from_secs(1),
             publish_window: 1024,
+            resend_after: Duration::from_secs(60),
         }
     }
 }
@@ -110,6 +115,7 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
     let stop = cancel.child_token();
     let wheel_len = Arc::new(AtomicU64::new(0));
     let dispatcher = dispatcher::start(store.clone(), ctx.clone(), stop.clone());
+    let sweep = sweep::start(store.clone(), ctx.clone(), dispatcher.bell(), stop.clone());
     let (cmd_tx, cmd_rx) = mpsc::channel(1024);
     let results = results::start(store.clone(), ctx.clone(), cmd_tx.clone(), stop.clone()).await?;
     let rpc = rpc::start(
@@ -139,7 +145,7 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
         Err(e) => Err(e),
     };
     stop.cancel();
-    let _ = tokio::join!(results, rpc);
+    let _ = tokio::join!(results, rpc, sweep);
     shard.dispatcher.closed().await;
     store.close().await;
     shard.metrics.wheel_entries.set(0);

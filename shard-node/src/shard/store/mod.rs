@@ -10,6 +10,7 @@
 //! callers pass `now`.
 
 mod jobs;
+mod outbox;
 mod results;
 mod tenants;
 mod tickets;
@@ -23,6 +24,7 @@ use sqlx::{
 };
 
 pub use jobs::{CreateOutcome, DueRow, JobRow};
+pub use outbox::{Acked, Outgoing, Unstarted};
 pub use results::{Applied, FollowUp, OpenAttempt, Replay};
 pub use tickets::{reason, FireOutcome, FireRequest, Fired, NotFiredRow};
 pub use views::run_status;

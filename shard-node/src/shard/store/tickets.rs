@@ -1,11 +1,11 @@
 //! The fire transaction (the outbox write) with the overlap policies, the release of a buffered
-//! occurrence, publish marks and the outbox scan.
+//! occurrence.
 
 use chronoshard_wire::{Overlap, RunStatus, Ticket};
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::{views::ticket_from_json, Result, Store, StoreError, Tx};
+use super::{Result, Store, StoreError, Tx};
 
 /// Why an occurrence did not fire or waits; shown as the run's `reason` and used as a metric label.
 pub mod reason {
@@ -317,55 +317,6 @@ impl Store {
                 .fetch_all(&self.pool)
                 .await?;
         ids.iter().map(|s| super::parse_uuid(s)).collect()
-    }
-
-    /// Marks attempts as acknowledged by JetStream.
-    pub async fn mark_published(&self, acked: &[(Uuid, u32)], now: i64) -> Result<()> {
-        if acked.is_empty() {
-            return Ok(());
-        }
-        let mut tx = self.write().await?;
-        for (ticket, attempt) in acked {
-            sqlx::query("UPDATE attempts SET published_at = $1 WHERE ticket_id = $2 AND attempt = $3 AND published_at IS NULL")
-                .bind(now)
-                .bind(ticket.to_string())
-                .bind(*attempt as i64)
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
-        Ok(())
-    }
-
-    /// How many ticket attempts may be published by `now` and are not acknowledged yet.
-    pub async fn unpublished_count(&self, now: i64) -> Result<u64> {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM attempts WHERE published_at IS NULL AND finished_at IS NULL \
-             AND (not_before IS NULL OR not_before <= $1)",
-        )
-        .bind(now)
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(n as u64)
-    }
-
-    /// Tickets whose current attempt was written before `before`, may be published by `now` (a
-    /// retry waits for its backoff) and was never acknowledged by JetStream: the outbox to
-    /// publish again after a crash or a failed publish.
-    pub async fn unpublished(&self, before: i64, now: i64, limit: u32) -> Result<Vec<Ticket>> {
-        let rows = sqlx::query(
-            "SELECT t.body FROM attempts a JOIN tickets t ON t.id = a.ticket_id AND t.attempt = a.attempt \
-             WHERE a.published_at IS NULL AND a.created_at < $1 AND a.finished_at IS NULL \
-             AND (a.not_before IS NULL OR a.not_before <= $2) ORDER BY a.created_at LIMIT $3",
-        )
-        .bind(before)
-        .bind(now)
-        .bind(limit as i64)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| ticket_from_json(&r.try_get::<String, _>("body")?))
-            .collect()
     }
 }
 

@@ -15,29 +15,6 @@ fn with_retry(mut j: JobRow, max_attempts: u32, backoff: Backoff) -> JobRow {
     j
 }
 
-fn report(t: &Ticket, attempt: u32, kind: ResultKind, at: i64) -> TicketResult {
-    TicketResult {
-        v: PROTOCOL_VERSION,
-        ticket_id: t.ticket_id,
-        attempt,
-        shard: 0,
-        kind,
-        worker: "w".into(),
-        at: from_millis(at),
-        error: (kind == ResultKind::Failed).then(|| format!("boom {attempt}")),
-        http_status: None,
-        delivery: None,
-    }
-}
-
-async fn fired(s: &Store, j: &JobRow, at: i64) -> Ticket {
-    let mut out = fire(s, j, None, None, vec![ticket(j, at, 1)], at)
-        .await
-        .unwrap();
-    assert_eq!(out.tickets.len(), 1, "{out:?}");
-    out.tickets.remove(0)
-}
-
 async fn run_at(s: &Store, j: &JobRow, at: i64) -> RunView {
     s.runs(j.id, None, 100)
         .await
@@ -52,7 +29,9 @@ async fn a_failed_attempt_is_retried_under_the_same_ticket_until_it_is_dead(db: 
     let j = with_retry(job("t", 1000), 3, Backoff::Exponential);
     s.create_job(&j, None).await.unwrap();
     let t = fired(&s, &j, 1000).await;
-    s.mark_published(&[(t.ticket_id, 1)], 1001).await.unwrap();
+    s.mark_published(&[acked(t.ticket_id, 1)], 1001)
+        .await
+        .unwrap();
 
     // attempt 1 fails at 2000: attempt 2 waits 1 s (initial), attempt 3 waits 2 s (doubled)
     let a = s
@@ -72,7 +51,7 @@ async fn a_failed_attempt_is_retried_under_the_same_ticket_until_it_is_dead(db: 
     assert!(s.unpublished(10_000, 2999, 10).await.unwrap().is_empty());
     let next = s.unpublished(10_000, 3000, 10).await.unwrap();
     assert_eq!(
-        (next[0].ticket_id, next[0].attempt),
+        (next[0].ticket.ticket_id, next[0].ticket.attempt),
         (t.ticket_id, 2),
         "same ticket, next attempt"
     );
@@ -85,7 +64,9 @@ async fn a_failed_attempt_is_retried_under_the_same_ticket_until_it_is_dead(db: 
         2
     );
     assert!(s.pending_attempt(t.ticket_id, 1).await.unwrap().is_none());
-    s.mark_published(&[(t.ticket_id, 2)], 3001).await.unwrap();
+    s.mark_published(&[acked(t.ticket_id, 2)], 3001)
+        .await
+        .unwrap();
     assert!(s.pending_attempt(t.ticket_id, 2).await.unwrap().is_none());
 
     // a failure of an attempt that is not current any more changes nothing

@@ -33,6 +33,16 @@ macro_rules! store_tests {
 }
 
 mod engine;
+mod outbox;
+
+/// A JetStream ack of an attempt (the sequence is made up: only the sweep reads it).
+fn acked(ticket: Uuid, attempt: u32) -> Acked {
+    Acked {
+        ticket,
+        attempt,
+        seq: attempt as u64 * 1000,
+    }
+}
 
 fn spec(tenant: &str) -> JobSpec {
     serde_json::from_value(serde_json::json!({
@@ -71,6 +81,31 @@ async fn fire(
         now,
     )
     .await
+}
+
+/// A worker's report on an attempt.
+fn report(t: &Ticket, attempt: u32, kind: ResultKind, at: i64) -> TicketResult {
+    TicketResult {
+        v: PROTOCOL_VERSION,
+        ticket_id: t.ticket_id,
+        attempt,
+        shard: 0,
+        kind,
+        worker: "w".into(),
+        at: from_millis(at),
+        error: (kind == ResultKind::Failed).then(|| format!("boom {attempt}")),
+        http_status: None,
+        delivery: None,
+    }
+}
+
+/// Fires one occurrence of `j` at `at` and returns its ticket.
+async fn fired(s: &Store, j: &JobRow, at: i64) -> Ticket {
+    let mut out = fire(s, j, None, None, vec![ticket(j, at, 1)], at)
+        .await
+        .unwrap();
+    assert_eq!(out.tickets.len(), 1, "{out:?}");
+    out.tickets.remove(0)
 }
 
 fn job(tenant: &str, next: i64) -> JobRow {
@@ -166,7 +201,7 @@ async fn an_older_epoch_is_fenced_once_a_newer_owner_opens(db: TestDb) {
     .unwrap_err();
     assert!(matches!(err, StoreError::Fenced { .. }));
     assert!(matches!(
-        old.mark_published(&[(Uuid::now_v7(), 1)], 0).await,
+        old.mark_published(&[acked(Uuid::now_v7(), 1)], 0).await,
         Err(StoreError::Fenced { .. })
     ));
     assert_eq!(new.list_jobs(None, None, 10).await.unwrap().len(), 1);
@@ -239,7 +274,9 @@ async fn results_apply_once_and_move_the_run(db: TestDb) {
         JobState::Completed
     );
     assert_eq!(s.unpublished(2000, 2000, 10).await.unwrap().len(), 1);
-    s.mark_published(&[(t.ticket_id, 1)], 1001).await.unwrap();
+    s.mark_published(&[acked(t.ticket_id, 1)], 1001)
+        .await
+        .unwrap();
     assert!(s.unpublished(2000, 2000, 10).await.unwrap().is_empty());
     let result = |kind| TicketResult {
         v: PROTOCOL_VERSION,
