@@ -26,7 +26,8 @@
 //!    (ms) and the count, which must equal the number of jobs; a missing job, a repeated ticket
 //!    id or a job with two tickets is reported as a failure (exit status 1). The lateness is
 //!    also split at the ticket id's UUIDv7 timestamp (taken by the shard just before its fire
-//!    transaction, ms resolution): wheel-to-fire and fire-to-receipt.
+//!    transaction, ms resolution): wheel-to-fire and fire-to-receipt (with a `fire_lead` the
+//!    first part is negative: the ticket was written ahead of its time and held until due).
 //!
 //! Figures are printed as plain lines and written as JSON to `$CARGO_TARGET_DIR/bench-fire.json`
 //! (else `target/bench-fire.json`), with the machine (cores, CPU model), the nats-server version
@@ -38,6 +39,9 @@
 //! - `FIRE_BENCH_RATE` [5000]: fires per second asked of the lateness phase.
 //! - `FIRE_BENCH_SECONDS` [5]: duration of the lateness phase (0 skips it).
 //! - `FIRE_BENCH_SHARDS` [8], `FIRE_BENCH_TENANTS` [4]: shards, and tenants per shard.
+//! - `FIRE_BENCH_FIRE_LEAD_MS` [the node's default, 200]: the shards' `fire_lead` (occurrences
+//!   are written this long before they are due and published on time; 0 writes them when due).
+//!   Throughput counts from T0 − fire_lead, when firing starts.
 //! - `FIRE_BENCH_LEAD_MS`: time from the start of the job set-up to T0; by default estimated
 //!   from a short calibration of the create rate. The bench fails (and says so) when the set-up
 //!   and the node start did not finish before T0.
@@ -112,7 +116,13 @@ struct Config {
     shards: u32,
     tenants: usize,
     lead_ms: Option<i64>,
+    /// The node's `fire_lead`: occurrences are fired (written) this long before they are due.
+    fire_lead: Duration,
     timeout: Duration,
+}
+
+fn fire_lead_ms(cfg: &Config) -> i64 {
+    cfg.fire_lead.as_millis() as i64
 }
 
 fn env_num<T: std::str::FromStr>(name: &str, default: T) -> Res<T> {
@@ -136,6 +146,10 @@ impl Config {
             rate: env_num("FIRE_BENCH_RATE", 5_000)?,
             seconds: env_num("FIRE_BENCH_SECONDS", 5)?,
             shards: env_num("FIRE_BENCH_SHARDS", 8u32)?.max(1),
+            fire_lead: Duration::from_millis(env_num(
+                "FIRE_BENCH_FIRE_LEAD_MS",
+                ShardConfig::default().fire_lead.as_millis() as u64,
+            )?),
             tenants: env_num("FIRE_BENCH_TENANTS", 4usize)?.max(1),
             lead_ms,
             timeout: Duration::from_secs(env_num("FIRE_BENCH_TIMEOUT_S", 60)?),
@@ -212,7 +226,8 @@ async fn throughput(cfg: &Config, create_rate: f64) -> Res<PhaseReport> {
     let env = Env::start(cfg, |_| t0, n).await?;
     let fires_before = fires_total(cfg.shards);
     let node = env.start_node().await?;
-    env.wait_loaded(cfg.shards, &node, t0).await?;
+    env.wait_loaded(cfg.shards, &node, t0 - fire_lead_ms(cfg))
+        .await?;
     let mut stream = env.cluster.js.get_stream(names::DISPATCH_STREAM).await?;
     // Gives up once no ticket was stored for `timeout` (counting from T0).
     let mut progress = (0u64, t0);
@@ -246,7 +261,8 @@ async fn throughput(cfg: &Config, create_rate: f64) -> Res<PhaseReport> {
     let fires = fires_total(cfg.shards) - fires_before;
     let last_ms = (state.last_timestamp.unix_timestamp_nanos() / 1_000_000) as i64 - t0;
     let first_ms = (state.first_timestamp.unix_timestamp_nanos() / 1_000_000) as i64 - t0;
-    let rate = n as f64 / (last_ms.max(1) as f64 / 1000.0);
+    // Firing starts `fire_lead` before T0: the rate counts from then.
+    let rate = n as f64 / ((last_ms + fire_lead_ms(cfg)).max(1) as f64 / 1000.0);
     let steady = steady_rate(&samples, n as u64);
     let version = env.nats.server.binary.version.clone();
     env.stop(node).await?;
@@ -260,7 +276,10 @@ async fn throughput(cfg: &Config, create_rate: f64) -> Res<PhaseReport> {
     if fires != n as u64 {
         failures.push(format!("throughput: {fires} fires counted for {n} jobs"));
     }
-    println!("fires/s: {rate:.0} ({n} tickets stored in {last_ms} ms after T0)");
+    println!(
+        "fires/s: {rate:.0} ({n} tickets stored in {last_ms} ms after T0, firing from T0 − {} ms)",
+        fire_lead_ms(cfg)
+    );
     println!("first ticket stored at T0 + {first_ms} ms");
     match fires_done_ms {
         Some(ms) => println!(
@@ -284,6 +303,7 @@ async fn throughput(cfg: &Config, create_rate: f64) -> Res<PhaseReport> {
             "stream_messages": state.messages,
             "fires_counted": fires,
             "lead_ms": lead,
+            "fire_lead_ms": fire_lead_ms(cfg),
         }),
         failures,
     })
@@ -316,7 +336,8 @@ async fn lateness(cfg: &Config, create_rate: f64) -> Res<PhaseReport> {
         return Err("the ticket subscriber stopped before subscribing".into());
     }
     let node = env.start_node().await?;
-    env.wait_loaded(cfg.shards, &node, t0).await?;
+    env.wait_loaded(cfg.shards, &node, t0 - fire_lead_ms(cfg))
+        .await?;
     let collected = done_rx.await??;
     let mut stream = env.cluster.js.get_stream(names::DISPATCH_STREAM).await?;
     let stored = stream.info().await?.state.messages;
@@ -334,6 +355,8 @@ async fn lateness(cfg: &Config, create_rate: f64) -> Res<PhaseReport> {
     let mut late = Vec::with_capacity(n);
     let mut to_fire = Vec::with_capacity(n);
     let mut to_receipt = Vec::with_capacity(n);
+    // The worst lateness per 250 ms of due time, to tell a periodic stall from a steady tail.
+    let mut worst_by_window: HashMap<i64, f64> = HashMap::new();
     for (recv_us, payload) in &collected.messages {
         let t: Ticket = serde_json::from_slice(payload)?;
         let recv_ms = *recv_us / 1000 - t0;
@@ -350,7 +373,10 @@ async fn lateness(cfg: &Config, create_rate: f64) -> Res<PhaseReport> {
             Some(want) if *want != at => wrong_time += 1,
             Some(_) => {}
         }
-        late.push((*recv_us - at * 1000) as f64 / 1000.0);
+        let l = (*recv_us - at * 1000) as f64 / 1000.0;
+        late.push(l);
+        let w = worst_by_window.entry((at - t0) / 250 * 250).or_default();
+        *w = w.max(l);
         if let Some((secs, nanos)) = t.ticket_id.get_timestamp().map(|ts| ts.to_unix()) {
             let fired_ms = secs as i64 * 1000 + (nanos / 1_000_000) as i64;
             to_fire.push((fired_ms - at) as f64);
@@ -389,11 +415,22 @@ async fn lateness(cfg: &Config, create_rate: f64) -> Res<PhaseReport> {
         ));
     }
     let p = Percentiles::of(&mut late);
+    let mut windows: Vec<(i64, f64)> = worst_by_window.into_iter().collect();
+    windows.sort_by(|a, b| b.1.total_cmp(&a.1));
+    windows.truncate(5);
     let pf = Percentiles::of(&mut to_fire);
     let pr = Percentiles::of(&mut to_receipt);
     println!(
         "lateness ms: p50 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
         p.p50, p.p99, p.p999, p.max
+    );
+    println!(
+        "  worst 250 ms windows of due time (ms after T0: max ms): {}",
+        windows
+            .iter()
+            .map(|(w, l)| format!("{w}: {l:.0}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     println!(
         "  of which due → fire (ticket id time, ms resolution): p50 {:.0}  p99 {:.0}  p99.9 {:.0}  max {:.0}",
@@ -430,6 +467,7 @@ async fn lateness(cfg: &Config, create_rate: f64) -> Res<PhaseReport> {
             "achieved_fires_per_second": achieved.map(f64::round),
             "seconds": cfg.seconds,
             "lateness_ms": p.json(),
+            "worst_windows_ms_after_t0": windows.iter().map(|(w, l)| serde_json::json!({"window": w, "max_ms": l})).collect::<Vec<_>>(),
             "due_to_fire_ms": pf.json(),
             "fire_to_receipt_ms": pr.json(),
             "tickets_received": seen_tickets.len(),
@@ -441,6 +479,7 @@ async fn lateness(cfg: &Config, create_rate: f64) -> Res<PhaseReport> {
             "stream_messages": stored,
             "slow_consumer_events": collected.slow_consumer,
             "lead_ms": lead,
+            "fire_lead_ms": fire_lead_ms(cfg),
         }),
         failures,
     })
@@ -461,6 +500,7 @@ struct Env {
     jobs: Vec<BenchJob>,
     shutdown: CancellationToken,
     shards: u32,
+    fire_lead: Duration,
 }
 
 impl Env {
@@ -510,6 +550,7 @@ impl Env {
             jobs,
             shutdown: CancellationToken::new(),
             shards: cfg.shards,
+            fire_lead: cfg.fire_lead,
         })
     }
 
@@ -517,14 +558,17 @@ impl Env {
         let opts = Options {
             node_id: NODE.into(),
             databases: Databases::Sqlite(self.data.path().to_path_buf()),
-            shard: ShardConfig::default(),
+            shard: ShardConfig {
+                fire_lead: self.fire_lead,
+                ..ShardConfig::default()
+            },
         };
         let client = self.nats.client().await?;
         Ok(ShardNode::start(opts, client, self.shutdown.clone()).await?)
     }
 
     /// Waits until every shard is open and has all its jobs in its wheel; fails if that happens
-    /// after T0 (the lead was too short to measure from T0).
+    /// after `t0` (when firing starts: the lead was too short to measure from T0).
     async fn wait_loaded(
         &self,
         shards: u32,

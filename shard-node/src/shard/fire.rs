@@ -4,7 +4,7 @@
 //! (timers to arm, a buffered occurrence to release) and re-arming all of it when a shard opens.
 
 use chronoshard_wire::{
-    from_millis, trace_id_of, JobState, ResultKind, RunStatus, Ticket, TicketResult,
+    from_millis, trace_id_of, JobState, Overlap, ResultKind, RunStatus, Ticket, TicketResult,
     PROTOCOL_VERSION,
 };
 use tracing::{debug, warn};
@@ -82,6 +82,12 @@ impl Due {
             tenant: self.tenant,
         }
     }
+}
+
+/// A job's tickets fired ahead of their time: (ticket id, due time).
+pub(crate) struct Staged {
+    pub tenant: String,
+    pub tickets: Vec<(Uuid, i64)>,
 }
 
 fn fenced(e: &ShardError) -> bool {
@@ -176,6 +182,11 @@ impl Shard {
                 }
                 continue;
             }
+            if d.at > now && job.spec.overlap != Overlap::Allow {
+                // The other policies judge the job's active runs, which only the due time may do.
+                self.track_at(*d, d.at);
+                continue;
+            }
             let schedule = match compile(job) {
                 Ok(s) => s,
                 Err(e) => {
@@ -186,7 +197,8 @@ impl Shard {
             planned.push((
                 job,
                 d.at,
-                plan::plan(&schedule, d.at, now, &job.spec.catchup),
+                // Fired ahead of time (`fire_lead`), an occurrence is planned as at its due time.
+                plan::plan(&schedule, d.at, now.max(d.at), &job.spec.catchup),
             ));
         }
         let requests = planned
@@ -213,11 +225,54 @@ impl Shard {
                 self.metrics.not_fired(nf.status, &nf.reason, nf.count);
             }
             self.count_fired(&out.occurrences, out.replaced);
+            let early = out
+                .tickets
+                .iter()
+                .map(|t| (t.ticket_id, t.scheduled_at.timestamp_millis()))
+                .filter(|(_, at)| *at > now);
+            let staged = self.staged.entry(job.id).or_insert_with(|| Staged {
+                tenant: job.tenant.clone(),
+                tickets: Vec::new(),
+            });
+            staged.tickets.extend(early);
             self.dispatcher.publish(out.tickets);
             if let Some(next) = p.next {
                 self.track(Due::of(job, next));
             }
         }
+        Ok(())
+    }
+
+    /// Whether the job has an occurrence fired ahead that is not due yet.
+    pub(super) fn fired_ahead(&self, job: Uuid, now: i64) -> bool {
+        self.staged
+            .get(&job)
+            .is_some_and(|s| s.tickets.iter().any(|(_, at)| *at > now))
+    }
+
+    /// Takes back the tickets fired ahead of their time of the jobs `pick` selects, if they are not
+    /// due yet: they are never published and their runs are recorded `skipped` with `why`. A
+    /// pause or delete thus holds for every occurrence not due when it is applied.
+    pub(super) async fn withdraw_early(
+        &mut self,
+        pick: impl Fn(&Uuid, &Staged) -> bool,
+        why: &'static str,
+        now: i64,
+    ) -> Result<(), ShardError> {
+        let mut tickets = Vec::new();
+        self.staged.retain(|job, s| {
+            let take = pick(job, s);
+            if take {
+                tickets.extend(s.tickets.iter().filter(|(_, at)| *at > now));
+            }
+            !take
+        });
+        if tickets.is_empty() {
+            return Ok(());
+        }
+        let taken = self.dispatcher.withdraw(tickets).await;
+        let skipped = self.store.withdraw(&taken, why, now).await?;
+        self.metrics.not_fired(RunStatus::Skipped, why, skipped);
         Ok(())
     }
 

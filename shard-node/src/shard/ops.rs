@@ -10,7 +10,7 @@ use super::{
     fire::Due,
     first_occurrence,
     rpc::{conflict, not_found},
-    store::{Fired, Replay},
+    store::{reason, Fired, Replay},
     Shard, ShardError,
 };
 
@@ -25,6 +25,12 @@ impl Shard {
         }
         // The tenant's wheel entries stay; they fire nothing while it is paused (`fire_job`).
         self.paused.insert(tenant.to_string());
+        self.withdraw_early(
+            |_, s| s.tenant == tenant,
+            reason::TENANT_PAUSED_BEFORE_DUE,
+            now,
+        )
+        .await?;
         self.tenant_reply(tenant, None).await
     }
 

@@ -265,6 +265,11 @@ impl Shard {
         if job.state == JobState::Deleted {
             return Ok(conflict("job is deleted"));
         }
+        let withdraw = match &req {
+            ShardRequest::DeleteJob { .. } => Some(reason::DELETED_BEFORE_DUE),
+            ShardRequest::PauseJob { .. } => Some(reason::PAUSED_BEFORE_DUE),
+            _ => None,
+        };
         match req {
             ShardRequest::PatchJob { patch, .. } => {
                 let spec = patch.apply(&job.spec);
@@ -292,6 +297,12 @@ impl Shard {
                 job.next_fire_at = None;
             }
             ShardRequest::PauseJob { .. } => match job.state {
+                // A one-shot fired ahead of its time is completed already, but a pause before
+                // its time still holds for it.
+                JobState::Completed if self.fired_ahead(job.id, now) => {
+                    job.state = JobState::Paused;
+                    job.next_fire_at = None;
+                }
                 JobState::Active => {
                     job.state = JobState::Paused;
                     job.next_fire_at = None;
@@ -319,6 +330,9 @@ impl Shard {
         job.updated_at = now;
         if !self.store.update_job(&job).await? {
             return Ok(not_found("job"));
+        }
+        if let Some(why) = withdraw {
+            self.withdraw_early(|id, _| *id == job.id, why, now).await?;
         }
         match job.next_fire_at {
             Some(at) if job.state == JobState::Active => self.track(Due::of(&job, at)),

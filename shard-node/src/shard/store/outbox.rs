@@ -6,7 +6,7 @@ use chronoshard_wire::Ticket;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::{parse_uuid, views::ticket_from_json, Result, Store};
+use super::{parse_uuid, values_list, views::ticket_from_json, Result, Store};
 
 /// Acks recorded per statement: far below both backends' bind-parameter limits.
 const MARK_CHUNK: usize = 500;
@@ -54,13 +54,7 @@ impl Store {
         }
         let mut tx = self.write().await?;
         for chunk in acked.chunks(MARK_CHUNK) {
-            let values = (0..chunk.len())
-                .map(|i| {
-                    let n = 2 + 3 * i;
-                    format!("(${}, ${}, ${})", n, n + 1, n + 2)
-                })
-                .collect::<Vec<_>>()
-                .join(", ");
+            let values = values_list(chunk.len(), 3, 2);
             // VALUES columns are `column1..3` on both backends.
             let sql = format!(
                 "UPDATE attempts SET published_at = $1, publish_seq = v.column3 FROM (VALUES {values}) AS v \

@@ -14,6 +14,9 @@ pub mod reason {
     pub const BUFFERED: &str = "buffered: waits for the previous run to end";
     pub const REPLACED: &str = "replaced by a newer occurrence";
     pub const JOB_DELETED: &str = "job deleted before the buffered occurrence could run";
+    pub const PAUSED_BEFORE_DUE: &str = "job paused before the occurrence was due";
+    pub const DELETED_BEFORE_DUE: &str = "job deleted before the occurrence was due";
+    pub const TENANT_PAUSED_BEFORE_DUE: &str = "tenant paused before the occurrence was due";
 }
 
 /// A missed or skipped occurrence, or a range of consecutive ones.
@@ -93,12 +96,20 @@ impl Store {
         now: i64,
     ) -> Result<Vec<FireOutcome>> {
         let mut tx = self.write().await?;
-        let mut outs = Vec::with_capacity(requests.len());
-        for req in requests {
-            outs.push(self.fire_in(&mut tx, req, now).await?);
+        let (simple, other): (Vec<_>, Vec<_>) = requests
+            .into_iter()
+            .enumerate()
+            .partition(|(_, r)| super::bulk::is_simple(r));
+        let mut outs: Vec<(usize, FireOutcome)> = Vec::with_capacity(simple.len() + other.len());
+        let (order, simple): (Vec<usize>, Vec<_>) = simple.into_iter().unzip();
+        let fast = super::bulk::fire_simple(&mut tx, simple, now).await?;
+        outs.extend(order.into_iter().zip(fast));
+        for (i, req) in other {
+            outs.push((i, self.fire_in(&mut tx, req, now).await?));
         }
         tx.commit().await?;
-        Ok(outs)
+        outs.sort_by_key(|(i, _)| *i);
+        Ok(outs.into_iter().map(|(_, o)| o).collect())
     }
 
     async fn fire_in(&self, tx: &mut Tx, req: FireRequest<'_>, now: i64) -> Result<FireOutcome> {
@@ -310,6 +321,51 @@ impl Store {
         Ok(written)
     }
 
+    /// Takes back tickets written ahead of their time that were never published (the shard
+    /// withdrew them from its dispatcher): their rows go and their runs are recorded `skipped`
+    /// with `why`. Returns the number of runs skipped.
+    pub async fn withdraw(&self, tickets: &[Uuid], why: &str, now: i64) -> Result<u64> {
+        let mut tx = self.write().await?;
+        let mut runs = 0;
+        for t in tickets {
+            let tid = t.to_string();
+            let row = sqlx::query("SELECT job_id, scheduled_at FROM tickets WHERE id = $1")
+                .bind(&tid)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let Some(row) = row else {
+                continue;
+            };
+            let gone = sqlx::query(
+                "DELETE FROM attempts WHERE ticket_id = $1 AND published_at IS NULL AND finished_at IS NULL",
+            )
+            .bind(&tid)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if gone == 0 {
+                continue;
+            }
+            sqlx::query("DELETE FROM tickets WHERE id = $1")
+                .bind(&tid)
+                .execute(&mut *tx)
+                .await?;
+            runs += sqlx::query(
+                "UPDATE runs SET status = 'skipped', reason = $1, attempts = 0, updated_at = $2 \
+                 WHERE job_id = $3 AND scheduled_at = $4 AND status = 'dispatched'",
+            )
+            .bind(why)
+            .bind(now)
+            .bind(row.try_get::<String, _>("job_id")?)
+            .bind(row.try_get::<i64, _>("scheduled_at")?)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        }
+        tx.commit().await?;
+        Ok(runs)
+    }
+
     /// Jobs holding a buffered occurrence: after a restart their release is checked again.
     pub async fn jobs_with_buffered(&self) -> Result<Vec<Uuid>> {
         let ids: Vec<String> =
@@ -385,31 +441,14 @@ async fn replace_run(tx: &mut Tx, id: &str, at: i64, now: i64) -> Result<()> {
     Ok(())
 }
 
+/// A ticket written ahead of its time (the shard's `fire_lead`) is published when it is due: the
+/// outbox scans must not take it earlier.
+pub(super) fn not_before(t: &Ticket, now: i64) -> Option<i64> {
+    let at = t.scheduled_at.timestamp_millis();
+    (at > now).then_some(at)
+}
+
 /// Writes a ticket (first attempt of an occurrence item) and its attempt row.
 async fn insert_ticket(tx: &mut Tx, t: &Ticket, now: i64) -> Result<()> {
-    let tid = t.ticket_id.to_string();
-    sqlx::query(
-        "INSERT INTO tickets (id, job_id, scheduled_at, item, status, attempt, epoch, queue, body, timeout_ms, created_at, updated_at) \
-         VALUES ($1, $2, $3, $4, 'dispatched', $5, $6, $7, $8, $9, $10, $11)",
-    )
-    .bind(&tid)
-    .bind(t.job_id.to_string())
-    .bind(t.scheduled_at.timestamp_millis())
-    .bind(t.item as i64)
-    .bind(t.attempt as i64)
-    .bind(t.epoch as i64)
-    .bind(&t.queue)
-    .bind(ticket_json(t)?)
-    .bind(t.timeout_ms as i64)
-    .bind(now)
-    .bind(now)
-    .execute(&mut **tx)
-    .await?;
-    sqlx::query("INSERT INTO attempts (ticket_id, attempt, status, created_at) VALUES ($1, $2, 'dispatched', $3)")
-        .bind(&tid)
-        .bind(t.attempt as i64)
-        .bind(now)
-        .execute(&mut **tx)
-        .await?;
-    Ok(())
+    super::bulk::insert_tickets(tx, std::slice::from_ref(t), now).await
 }

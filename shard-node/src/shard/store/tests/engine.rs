@@ -546,7 +546,65 @@ async fn a_batch_fires_each_job_once_and_a_stale_entry_spoils_nothing(db: TestDb
     assert!(s.runs(b.id, None, 10).await.unwrap().is_empty());
 }
 
+async fn a_mixed_batch_keeps_its_order_and_writes_one_ticket_per_occurrence(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
+    let (a, c) = (job("t", 1000), job("t", 1000));
+    let mut b = job("t", 1000);
+    b.spec.overlap = Overlap::Forbid;
+    for j in [&a, &b, &c] {
+        s.create_job(j, None).await.unwrap();
+    }
+    // c has a run at 1000 already (a trigger in that millisecond)
+    fire(&s, &c, None, None, vec![ticket(&c, 1000, 1)], 1000)
+        .await
+        .unwrap();
+    let request = |j: &JobRow| FireRequest {
+        job_id: j.id,
+        expected_next: Some(1000),
+        next_fire_at: Some(2000),
+        not_fired: &[],
+        occurrences: vec![(1000, vec![ticket(j, 1000, 1)])],
+        overlap: j.spec.overlap,
+    };
+    // a twice (a duplicate wheel entry), b under a policy, c with its run
+    let outs = s
+        .fire_batch(
+            vec![request(&a), request(&b), request(&a), request(&c)],
+            1000,
+        )
+        .await
+        .unwrap();
+    let seen: Vec<(bool, usize, Vec<Fired>)> = outs
+        .iter()
+        .map(|o| {
+            let fired = o.occurrences.iter().map(|(_, f)| f.clone()).collect();
+            (o.stale, o.tickets.len(), fired)
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (false, 1, vec![Fired::Ticketed]),
+            (false, 1, vec![Fired::Ticketed]),
+            (true, 0, vec![]),
+            (false, 0, vec![Fired::Exists]),
+        ]
+    );
+    assert_eq!(outs[0].tickets[0].job_id, a.id);
+    assert_eq!(outs[1].tickets[0].job_id, b.id);
+    for j in [&a, &b, &c] {
+        let runs = s.runs(j.id, None, 10).await.unwrap();
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        assert_eq!(runs[0].ticket_ids.len(), 1, "{runs:?}");
+        assert_eq!(
+            s.get_job(j.id).await.unwrap().unwrap().next_fire_at,
+            Some(2000)
+        );
+    }
+}
+
 store_tests!(
+    a_mixed_batch_keeps_its_order_and_writes_one_ticket_per_occurrence,
     a_batch_fires_each_job_once_and_a_stale_entry_spoils_nothing,
     a_buffered_occurrence_is_not_overtaken_before_its_release,
     replace_leaves_an_occurrence_of_the_same_instant_alone,

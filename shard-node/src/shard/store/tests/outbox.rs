@@ -107,7 +107,80 @@ async fn the_sweep_pages_through_unstarted_attempts_by_cursor(db: TestDb) {
     assert_eq!(seen, want, "each with the sequence its ack named");
 }
 
+async fn a_ticket_written_ahead_waits_for_its_time_and_can_be_withdrawn(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
+    let (a, b) = (job("t", 5000), job("t", 5000));
+    for j in [&a, &b] {
+        s.create_job(j, None).await.unwrap();
+    }
+    // both fired at 4800, 200 ms ahead of their time
+    let ta = fire(&s, &a, Some(5000), None, vec![ticket(&a, 5000, 1)], 4800)
+        .await
+        .unwrap()
+        .tickets
+        .remove(0);
+    let tb = fire(&s, &b, Some(5000), None, vec![ticket(&b, 5000, 1)], 4800)
+        .await
+        .unwrap()
+        .tickets
+        .remove(0);
+    assert!(
+        s.unpublished(9000, 4999, 10).await.unwrap().is_empty(),
+        "not in the outbox before its time"
+    );
+    assert_eq!(s.unpublished(9000, 5000, 10).await.unwrap().len(), 2);
+
+    // b was published (it could not be withdrawn any more); a is withdrawn
+    published(&s, &tb, 7, 5000).await;
+    let why = reason::PAUSED_BEFORE_DUE;
+    assert_eq!(
+        s.withdraw(&[ta.ticket_id, tb.ticket_id], why, 4900)
+            .await
+            .unwrap(),
+        1
+    );
+    let run = s.runs(a.id, None, 10).await.unwrap().remove(0);
+    assert_eq!(
+        (run.status, run.reason.as_deref(), run.attempts),
+        (RunStatus::Skipped, Some(why), 0)
+    );
+    assert!(run.ticket_ids.is_empty(), "{run:?}");
+    assert!(s.ticket(ta.ticket_id).await.unwrap().is_none());
+    assert_eq!(
+        s.runs(b.id, None, 10).await.unwrap()[0].status,
+        RunStatus::Dispatched
+    );
+    let outbox = s.unpublished(9000, 9000, 10).await.unwrap();
+    assert!(outbox.is_empty(), "{outbox:?}");
+    // withdrawing again, or an unknown ticket, changes nothing
+    assert_eq!(
+        s.withdraw(&[ta.ticket_id, Uuid::now_v7()], why, 4950)
+            .await
+            .unwrap(),
+        0
+    );
+}
+
+async fn a_checkpoint_copies_the_wal_beside_the_writer(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
+    for _ in 0..20 {
+        let j = job("t", 1000);
+        s.create_job(&j, None).await.unwrap();
+        fired(&s, &j, 1000).await;
+    }
+    match (&db.dbs, s.checkpoint().await.unwrap()) {
+        (Databases::Sqlite(_), Some((wal, copied))) => {
+            assert!(wal > 0, "the writes went to the WAL");
+            assert_eq!(copied, wal, "every frame copied");
+        }
+        (Databases::Postgres(_), None) => {}
+        (dbs, got) => panic!("{dbs:?}: {got:?}"),
+    }
+}
+
 store_tests!(
+    a_checkpoint_copies_the_wal_beside_the_writer,
+    a_ticket_written_ahead_waits_for_its_time_and_can_be_withdrawn,
     an_unstarted_attempt_is_put_back_into_the_outbox_once,
     a_started_or_finished_attempt_is_never_resent,
     the_sweep_pages_through_unstarted_attempts_by_cursor,

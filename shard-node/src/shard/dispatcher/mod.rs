@@ -1,7 +1,9 @@
 //! Publishing written tickets to JetStream: the outbox's sending half. Tickets arrive after their
-//! rows are committed; publishes are pipelined with at most `publish_window` acks outstanding; acks
-//! are recorded in batches; refused or timed-out publishes are retried with the same `Nats-Msg-Id`
-//! so JetStream drops a copy it already has.
+//! rows are committed; a ticket written ahead of its time (the shard fires `fire_lead` early) is
+//! held until its scheduled millisecond (`on_time.rs`); publishes are pipelined with at most
+//! `publish_window` acks outstanding; acks are recorded in batches by a write that runs beside
+//! the publishing, never in its way; refused or timed-out publishes are retried with the same
+//! `Nats-Msg-Id` so JetStream drops a copy it already has.
 //!
 //! When JetStream refuses or slows down, memory stays bounded and the shard loop never waits: once
 //! the hand-over channel is full the loop stops handing tickets over (`overflow`) and they stay in
@@ -23,7 +25,10 @@ use std::{
     time::Duration,
 };
 
+mod on_time;
+
 use super::fair::{tenant_tag, FairQueue};
+use on_time::OnTime;
 
 use async_nats::jetstream::{context::PublishAckFuture, message::PublishMessage};
 use bytes::Bytes;
@@ -31,7 +36,10 @@ use chronoshard_telemetry::metrics;
 use chronoshard_wire::{names, Ticket};
 use futures::{stream::FuturesUnordered, FutureExt, StreamExt};
 use tokio::{
-    sync::mpsc::{self, error::TrySendError},
+    sync::{
+        mpsc::{self, error::TrySendError},
+        oneshot,
+    },
     task::JoinHandle,
 };
 use tokio_util::sync::CancellationToken;
@@ -53,6 +61,9 @@ const COUNT_OUTBOX_EVERY: Duration = Duration::from_secs(1);
 
 pub(crate) struct Handle {
     tx: Option<mpsc::Sender<Vec<Outgoing>>>,
+    /// Withdrawals: a channel of their own, always read, since `tx` stops being read while
+    /// JetStream refuses tickets.
+    ctl: mpsc::UnboundedSender<Withdraw>,
     /// Set when a hand-over found the channel full: until the dispatcher has read the outbox
     /// back, committed tickets are left there instead of handed over.
     overflow: Arc<AtomicBool>,
@@ -76,6 +87,21 @@ impl Handle {
         }
     }
 
+    /// Takes back tickets written ahead of their time (ticket id, scheduled time) that are not
+    /// due yet, so they are never published; returns those it took back. A ticket not due yet
+    /// cannot have been published, wherever it is (held here, in the hand-over channel, or in the
+    /// outbox only): those that arrive later are dropped.
+    pub async fn withdraw(&self, tickets: Vec<(Uuid, i64)>) -> Vec<Uuid> {
+        if tickets.is_empty() {
+            return Vec::new();
+        }
+        let (reply, answer) = oneshot::channel();
+        if self.ctl.send(Withdraw { tickets, reply }).is_err() {
+            return Vec::new();
+        }
+        answer.await.unwrap_or_default()
+    }
+
     /// What another task rings after putting tickets back into the outbox.
     pub fn bell(&self) -> OutboxBell {
         OutboxBell(self.overflow.clone())
@@ -90,6 +116,15 @@ impl Handle {
     }
 }
 
+pub(crate) struct Withdraw {
+    tickets: Vec<(Uuid, i64)>,
+    reply: oneshot::Sender<Vec<Uuid>>,
+}
+
+/// How long a withdrawn ticket is remembered after its due time: longer than it can take to come
+/// out of the hand-over channel or an outbox read.
+const TOMBSTONE_MS: i64 = 600_000;
+
 /// Tells the dispatcher that tickets wait in the outbox only: it reads them back within a flush
 /// interval.
 #[derive(Clone)]
@@ -103,13 +138,14 @@ impl OutboxBell {
 
 pub(crate) fn start(store: Store, ctx: ShardContext, stop: CancellationToken) -> Handle {
     let (tx, rx) = mpsc::channel(64);
+    let (ctl, ctl_rx) = mpsc::unbounded_channel();
     let overflow = Arc::new(AtomicBool::new(false));
     let span = tracing::info_span!("dispatcher", shard_id = ctx.shard);
     let dispatcher = Dispatcher::new(store, ctx.clone(), overflow.clone());
     let task = tokio::spawn(
         async move {
             let shard = ctx.shard;
-            if let Err(e) = dispatcher.run(rx, stop.clone()).await {
+            if let Err(e) = dispatcher.run(rx, ctl_rx, stop.clone()).await {
                 warn!(shard, error = %e, "dispatcher stopped; stopping shard");
                 stop.cancel();
             }
@@ -118,10 +154,14 @@ pub(crate) fn start(store: Store, ctx: ShardContext, stop: CancellationToken) ->
     );
     Handle {
         tx: Some(tx),
+        ctl,
         overflow,
         task: Some(task),
     }
 }
+
+/// Acks a recording write took, and how it went.
+type Marked = (Vec<Acked>, Result<(), StoreError>);
 
 /// A publish awaiting its ack: the stream sequence it was stored under, or why it failed.
 type Inflight =
@@ -135,9 +175,16 @@ struct Dispatcher {
     /// turns within a priority.
     queue: FairQueue<u32, Outgoing>,
     retry: VecDeque<(tokio::time::Instant, Outgoing)>,
-    /// Tickets queued or in flight, so an outbox scan does not queue them twice.
+    /// Tickets written ahead of their time, until it comes.
+    held: OnTime<Outgoing>,
+    /// Tickets held, queued, in flight, or acknowledged and not yet recorded as such: an outbox
+    /// read must not queue them again.
     pending: HashSet<(Uuid, u32)>,
     acked: Vec<Acked>,
+    /// Withdrawn tickets with their due times: dropped if they arrive after the withdrawal.
+    withdrawn: std::collections::HashMap<Uuid, i64>,
+    /// The write recording acks, running beside the publishing.
+    marking: Option<JoinHandle<Marked>>,
     /// Consecutive failed publishes: the retry backoff grows with it.
     failures: u32,
     overflow: Arc<AtomicBool>,
@@ -155,8 +202,11 @@ impl Dispatcher {
             ctx,
             queue: FairQueue::default(),
             retry: VecDeque::new(),
+            held: OnTime::default(),
+            withdrawn: Default::default(),
             pending: HashSet::new(),
             acked: Vec::new(),
+            marking: None,
             failures: 0,
         }
     }
@@ -164,12 +214,16 @@ impl Dispatcher {
     async fn run(
         mut self,
         mut rx: mpsc::Receiver<Vec<Outgoing>>,
+        mut ctl: mpsc::UnboundedReceiver<Withdraw>,
         stop: CancellationToken,
     ) -> Result<(), StoreError> {
         let window = self.ctx.config.publish_window.max(1);
         let mut inflight: FuturesUnordered<Inflight> = FuturesUnordered::new();
         let now = self.ctx.clock.now_ms();
-        let recovered = self.store.unpublished(now + 1, now, 100_000).await?;
+        let recovered = self
+            .store
+            .unpublished(now + 1, now + self.ahead_ms(), 100_000)
+            .await?;
         if !recovered.is_empty() {
             info!(
                 count = recovered.len(),
@@ -183,6 +237,10 @@ impl Dispatcher {
         let mut count_outbox = tokio::time::Instant::now();
         let mut open = true;
         loop {
+            let now = self.ctx.clock.now_ms();
+            while let Some(o) = self.held.pop_due(now) {
+                self.push(o);
+            }
             while inflight.len() < window {
                 let Some(t) = self.queue.pop() else {
                     break;
@@ -191,10 +249,19 @@ impl Dispatcher {
                 inflight.push(fut);
             }
             self.report_backlog(inflight.len());
+            let release = self.held.next_at().map(|at| {
+                tokio::time::Instant::now() + Duration::from_millis((at - now).max(0) as u64)
+            });
             tokio::select! {
                 biased;
                 _ = stop.cancelled() => break,
+                _ = sleep_until_some(release), if release.is_some() => {}
+                Some(w) = ctl.recv() => self.on_withdraw(w),
                 Some((t, res)) = inflight.next(), if !inflight.is_empty() => self.on_ack(t, res),
+                marked = join_some(&mut self.marking), if self.marking.is_some() => {
+                    self.marking = None;
+                    self.on_marked(marked)?;
+                }
                 batch = rx.recv(), if open && self.waiting() < window * 4 => match batch {
                     Some(b) => self.enqueue(b),
                     None => open = false,
@@ -203,7 +270,9 @@ impl Dispatcher {
                     self.read_outbox(window * 2).await?;
                 }
                 _ = flush.tick() => {
-                    tolerate(self.flush().await)?;
+                    self.start_marking();
+                    let now = self.ctx.clock.now_ms();
+                    self.withdrawn.retain(|_, at| *at > now - TOMBSTONE_MS);
                     if count_outbox.elapsed() >= COUNT_OUTBOX_EVERY {
                         count_outbox = tokio::time::Instant::now();
                         self.count_outbox().await?;
@@ -213,13 +282,11 @@ impl Dispatcher {
                         let (_, t) = self.retry.pop_front().expect("front exists");
                         self.push(t);
                     }
-                    if !open && self.queue.is_empty() && self.retry.is_empty() && inflight.is_empty() {
+                    if !open && self.waiting() == 0 && inflight.is_empty() {
                         break;
                     }
                 }
                 _ = rescan.tick() => {
-                    // Acks not yet recorded would read as unpublished and be sent twice.
-                    tolerate(self.flush().await)?;
                     let now = self.ctx.clock.now_ms();
                     let old = self.store.unpublished(now - RESCAN_AGE_MS, now, 10_000).await;
                     if let Some(old) = tolerate(old)? {
@@ -240,29 +307,47 @@ impl Dispatcher {
             }
         }
         self.report_backlog(0);
-        match self.flush().await {
+        if let Some(marking) = self.marking.take() {
+            if let Ok((done, Err(_))) = marking.await {
+                self.acked.extend(done);
+            }
+        }
+        let now = self.ctx.clock.now_ms();
+        match self.store.mark_published(&self.acked, now).await {
             Err(StoreError::Fenced { .. }) | Ok(()) => Ok(()),
             Err(e) => Err(e),
         }
     }
 
+    /// How far ahead of now the shard writes tickets: outbox reads take those too, to hold them.
+    fn ahead_ms(&self) -> i64 {
+        2 * self.ctx.config.fire_lead.as_millis() as i64
+    }
+
     /// Tickets held here and not in flight.
     fn waiting(&self) -> usize {
-        self.queue.len() + self.retry.len()
+        self.queue.len() + self.retry.len() + self.held.len()
     }
 
     /// Takes back, oldest first, what the shard loop left in the outbox while the hand-over
     /// channel was full. The flag is cleared before reading, so a ticket left there after the
     /// read started is either in this read or handed over through the channel.
     async fn read_outbox(&mut self, limit: usize) -> Result<(), StoreError> {
-        // Acks not yet recorded would read as unpublished and be sent twice.
         self.overflow.store(false, Ordering::SeqCst);
-        if tolerate(self.flush().await)?.is_none() {
-            // The periodic rescan picks the rows up once the database answers again.
-            return Ok(());
+        // Acks not yet recorded read as unpublished: a page of them would be read again and again
+        // (they are pending, so never queued twice). Record them first; while tickets wait in the
+        // outbox only, the wait costs no lateness.
+        self.start_marking();
+        if let Some(marking) = self.marking.take() {
+            let marked = marking.await;
+            self.on_marked(marked)?;
         }
         let now = self.ctx.clock.now_ms();
-        let rows = match tolerate(self.store.unpublished(now + 1, now, limit as u32).await)? {
+        let read = self
+            .store
+            .unpublished(now + 1, now + self.ahead_ms(), limit as u32)
+            .await;
+        let rows = match tolerate(read)? {
             Some(rows) => rows,
             // The periodic rescan picks them up once the database answers again.
             None => return Ok(()),
@@ -288,11 +373,35 @@ impl Dispatcher {
     }
 
     fn enqueue(&mut self, tickets: Vec<Outgoing>) {
+        let now = self.ctx.clock.now_ms();
         for o in tickets {
+            if self.withdrawn.contains_key(&o.ticket.ticket_id) {
+                continue;
+            }
             if self.pending.insert((o.ticket.ticket_id, o.ticket.attempt)) {
-                self.push(o);
+                let at = o.ticket.scheduled_at.timestamp_millis();
+                if at > now {
+                    self.held.hold(at, o);
+                } else {
+                    self.push(o);
+                }
             }
         }
+    }
+
+    fn on_withdraw(&mut self, w: Withdraw) {
+        let now = self.ctx.clock.now_ms();
+        let taken: std::collections::HashMap<Uuid, i64> =
+            w.tickets.into_iter().filter(|(_, at)| *at > now).collect();
+        for o in self
+            .held
+            .withdraw(|o| taken.contains_key(&o.ticket.ticket_id))
+        {
+            self.pending.remove(&(o.ticket.ticket_id, o.ticket.attempt));
+        }
+        let ids = taken.keys().copied().collect();
+        self.withdrawn.extend(taken);
+        let _ = w.reply.send(ids);
     }
 
     fn push(&mut self, o: Outgoing) {
@@ -328,7 +437,6 @@ impl Dispatcher {
         match res {
             Ok(seq) => {
                 self.failures = 0;
-                self.pending.remove(&(t.ticket_id, t.attempt));
                 let late = (self.ctx.clock.now_ms() - t.scheduled_at.timestamp_millis()).max(0)
                     as f64
                     / 1000.0;
@@ -360,14 +468,43 @@ impl Dispatcher {
         }
     }
 
-    async fn flush(&mut self) -> Result<(), StoreError> {
-        if self.acked.is_empty() {
-            return Ok(());
+    /// Starts recording the acks gathered so far, unless a write is under way: the publishing
+    /// goes on meanwhile (the write waits for the shard's connection behind its fire writes).
+    fn start_marking(&mut self) {
+        if self.marking.is_some() || self.acked.is_empty() {
+            return;
         }
-        self.store
-            .mark_published(&self.acked, self.ctx.clock.now_ms())
-            .await?;
-        self.acked.clear();
+        let acked = std::mem::take(&mut self.acked);
+        let store = self.store.clone();
+        let now = self.ctx.clock.now_ms();
+        self.marking = Some(tokio::spawn(async move {
+            let res = store.mark_published(&acked, now).await;
+            (acked, res)
+        }));
+    }
+
+    /// Recorded acks leave `pending`; unrecorded ones are tried again with the next batch.
+    fn on_marked(
+        &mut self,
+        marked: Result<Marked, tokio::task::JoinError>,
+    ) -> Result<(), StoreError> {
+        let (acked, res) = match marked {
+            Ok(m) => m,
+            // Its acks stay unrecorded: those tickets are published again after a restart and
+            // JetStream drops the copies (same message ids, within the duplicate window).
+            Err(e) => {
+                warn!(error = %e, "ack recording task failed");
+                return Ok(());
+            }
+        };
+        match tolerate(res)? {
+            Some(()) => {
+                for a in acked {
+                    self.pending.remove(&(a.ticket, a.attempt));
+                }
+            }
+            None => self.acked.extend(acked),
+        }
         Ok(())
     }
 
@@ -389,6 +526,19 @@ fn tolerate<T>(r: Result<T, StoreError>) -> Result<Option<T>, StoreError> {
             warn!(error = %e, "dispatcher store access failed; will retry");
             Ok(None)
         }
+    }
+}
+
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    if let Some(at) = at {
+        tokio::time::sleep_until(at).await;
+    }
+}
+
+async fn join_some<T>(task: &mut Option<JoinHandle<T>>) -> Result<T, tokio::task::JoinError> {
+    match task {
+        Some(t) => t.await,
+        None => std::future::pending().await,
     }
 }
 
