@@ -313,8 +313,6 @@ impl Shard {
 
     /// Puts a job's next occurrence in the wheel if it falls within what is loaded, `fire_lead`
     /// before it is due (`fire_jobs` puts it back at its due time if it may not fire early).
-    /// Early deadlines are rounded down to a quarter of the lead, so the occurrences of a quarter
-    /// are fired in one transaction instead of one per millisecond.
     fn track(&mut self, due: Due) {
         if self.loaded_until.is_some_and(|until| due.at > until) {
             return;
@@ -327,13 +325,7 @@ impl Shard {
             return;
         }
         let lead = self.ctx.config.fire_lead.as_millis() as i64;
-        let deadline = if lead > 0 {
-            let quarter = (lead / 4).max(1);
-            (due.at - lead).div_euclid(quarter) * quarter
-        } else {
-            due.at
-        };
-        self.track_at(due, deadline);
+        self.track_at(due, fire::early_deadline(due.at, lead, self.ctx.shard));
     }
 
     /// Puts an occurrence in the wheel, due at `deadline` (later than the occurrence when a
