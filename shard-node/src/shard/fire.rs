@@ -264,30 +264,21 @@ impl Shard {
             .is_some_and(|s| s.tickets.iter().any(|(_, at)| *at > now))
     }
 
-    /// Takes back the tickets fired ahead of their time of the jobs `pick` selects, if they are not
-    /// due yet: they are never published and their runs are recorded `skipped` with `why`. A
-    /// pause or delete thus holds for every occurrence not due when it is applied.
-    pub(super) async fn withdraw_early(
-        &mut self,
-        pick: impl Fn(&Uuid, &Staged) -> bool,
-        why: &'static str,
-        now: i64,
-    ) -> Result<(), ShardError> {
+    /// Withdraws the tickets fired ahead of their time of the jobs `pick` selects that are not
+    /// due yet: the dispatcher will not publish them. The caller takes them back in the database
+    /// (`unfire`) in the transaction of the pause or delete, and gives them back to the
+    /// dispatcher (`Handle::restore`) if that fails. So a pause or delete holds for every
+    /// occurrence not due when it is applied, as without a lead.
+    pub(super) fn withdraw_early(&mut self, pick: impl Fn(&Uuid, &Staged) -> bool) -> Vec<Uuid> {
         let mut tickets = Vec::new();
         self.staged.retain(|job, s| {
             let take = pick(job, s);
             if take {
-                tickets.extend(s.tickets.iter().filter(|(_, at)| *at > now));
+                tickets.extend(s.tickets.iter().copied());
             }
             !take
         });
-        if tickets.is_empty() {
-            return Ok(());
-        }
-        let taken = self.dispatcher.withdraw(tickets).await;
-        let skipped = self.store.withdraw(&taken, why, now).await?;
-        self.metrics.not_fired(RunStatus::Skipped, why, skipped);
-        Ok(())
+        self.dispatcher.withdraw(&tickets)
     }
 
     /// Fires one occurrence of a job at `now`, outside its schedule (trigger now), under the
@@ -458,11 +449,22 @@ impl Shard {
         Ok(())
     }
 
-    /// Re-arms what an earlier owner left open: retry timers of attempts still in their backoff,
+    /// Re-arms what an earlier owner left open: tickets it fired ahead (so a pause can still
+    /// withdraw them), retry timers of attempts still in their backoff,
     /// watchdog checks of started attempts, buffered occurrences whose run ended meanwhile.
     /// Retries already due are the dispatcher's outbox scan's to publish.
     pub(super) async fn recover(&mut self, now: i64) -> Result<(), ShardError> {
         self.paused = self.store.paused_tenants().await?.into_iter().collect();
+        for (job, tenant, ticket, at) in self.store.fired_ahead(now).await? {
+            self.staged
+                .entry(job)
+                .or_insert_with(|| Staged {
+                    tenant,
+                    tickets: Vec::new(),
+                })
+                .tickets
+                .push((ticket, at));
+        }
         for a in self.store.open_attempts().await? {
             let (ticket, attempt) = (a.ticket, a.attempt);
             match (a.published_at, a.started_at, a.not_before) {

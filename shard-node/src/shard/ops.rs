@@ -10,7 +10,7 @@ use super::{
     fire::Due,
     first_occurrence,
     rpc::{conflict, not_found},
-    store::{reason, Fired, Replay},
+    store::{Fired, Replay},
     Shard, ShardError,
 };
 
@@ -20,17 +20,17 @@ impl Shard {
         tenant: &str,
         now: i64,
     ) -> Result<ShardReply, ShardError> {
-        if self.store.pause_tenant(tenant, now).await? {
-            info!(tenant, "tenant paused");
+        let unfire = self.withdraw_early(|_, s| s.tenant == tenant);
+        match self.store.pause_tenant(tenant, &unfire, now).await {
+            Ok(true) => info!(tenant, "tenant paused"),
+            Ok(false) => {}
+            Err(e) => {
+                self.dispatcher.restore(&unfire);
+                return Err(e.into());
+            }
         }
         // The tenant's wheel entries stay; they fire nothing while it is paused (`fire_job`).
         self.paused.insert(tenant.to_string());
-        self.withdraw_early(
-            |_, s| s.tenant == tenant,
-            reason::TENANT_PAUSED_BEFORE_DUE,
-            now,
-        )
-        .await?;
         self.tenant_reply(tenant, None).await
     }
 

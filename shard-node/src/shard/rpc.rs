@@ -265,11 +265,10 @@ impl Shard {
         if job.state == JobState::Deleted {
             return Ok(conflict("job is deleted"));
         }
-        let withdraw = match &req {
-            ShardRequest::DeleteJob { .. } => Some(reason::DELETED_BEFORE_DUE),
-            ShardRequest::PauseJob { .. } => Some(reason::PAUSED_BEFORE_DUE),
-            _ => None,
-        };
+        let withdraw = matches!(
+            req,
+            ShardRequest::DeleteJob { .. } | ShardRequest::PauseJob { .. }
+        );
         match req {
             ShardRequest::PatchJob { patch, .. } => {
                 let spec = patch.apply(&job.spec);
@@ -328,11 +327,21 @@ impl Shard {
             _ => unreachable!("matched above"),
         }
         job.updated_at = now;
-        if !self.store.update_job(&job).await? {
-            return Ok(not_found("job"));
-        }
-        if let Some(why) = withdraw {
-            self.withdraw_early(|id, _| *id == job.id, why, now).await?;
+        let unfire = if withdraw {
+            self.withdraw_early(|id, _| *id == job.id)
+        } else {
+            Vec::new()
+        };
+        match self.store.update_job(&job, &unfire).await {
+            Ok(true) => {}
+            Ok(false) => {
+                self.dispatcher.restore(&unfire);
+                return Ok(not_found("job"));
+            }
+            Err(e) => {
+                self.dispatcher.restore(&unfire);
+                return Err(e.into());
+            }
         }
         match job.next_fire_at {
             Some(at) if job.state == JobState::Active => self.track(Due::of(&job, at)),

@@ -6,10 +6,11 @@
 //!
 //! The sweep looks at attempts published longer than `resend_after` ago and never started, asks
 //! the stream for the message under the sequence its publish was stored at, and when it is gone
-//! twice, `grace` apart (time for a final result on its way to be applied), puts the attempt back
-//! into the outbox: the dispatcher publishes it again under the same ticket id and attempt. An
-//! attempt lost `MAX_RESENDS` times is failed as `lost:` through the results stream, so the retry
-//! policy and the dead-letter list take over instead of a loop.
+//! twice, `grace` apart, and the shard's results consumer has nothing pending (a worker stores
+//! its final result before it acknowledges the ticket, so by then any result of that attempt is
+//! applied), puts the attempt back into the outbox: the dispatcher publishes it again under the
+//! same ticket id and attempt. An attempt lost `MAX_RESENDS` times is failed as `lost:` through
+//! the results stream, so the retry policy and the dead-letter list take over instead of a loop.
 //!
 //! It owns no state but its suspicions; it must not publish tickets itself (the dispatcher does)
 //! or touch attempts that started (the watchdog's).
@@ -90,6 +91,8 @@ pub(crate) fn start(
         async move {
             let mut sweep = Sweep::new(store, ctx, bell);
             let mut tick = tokio::time::interval(sweep.grace_period());
+            // Not at once: a new owner's results consumer has yet to catch up.
+            tick.reset();
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => return,
@@ -115,8 +118,9 @@ struct Sweep {
     ctx: ShardContext,
     bell: OutboxBell,
     stream: Option<Stream<()>>,
-    /// Attempts seen gone, with when they were first seen so.
-    suspects: HashMap<(Uuid, u32), i64>,
+    /// Attempts seen gone, with when they were first seen so; looked at again every pass,
+    /// wherever the cursor is, until they are resent, held, started or finished.
+    suspects: HashMap<(Uuid, u32), (Unstarted, i64)>,
     /// Where the next pass continues: attempts waiting for a worker must not hide later ones.
     cursor: Option<(i64, Uuid)>,
     resends: prometheus::IntCounter,
@@ -152,46 +156,77 @@ impl Sweep {
         } else {
             None
         };
+        let mut todo: Vec<Unstarted> = self.suspects.values().map(|(u, _)| u.clone()).collect();
+        todo.extend(
+            batch
+                .into_iter()
+                .filter(|u| !self.suspects.contains_key(&(u.ticket, u.attempt))),
+        );
+        // Asked once per pass, and only when something is to be resent or given up.
+        let mut settled = None;
         let mut rang = false;
-        for u in batch {
+        for u in todo {
             let key = (u.ticket, u.attempt);
             let presence = self.presence(&u).await;
-            match judge(
-                presence,
-                self.suspects.get(&key).copied(),
-                u.resends,
-                now,
-                grace,
-            ) {
+            let since = self.suspects.get(&key).map(|(_, since)| *since);
+            match judge(presence, since, u.resends, now, grace) {
                 Action::Wait if presence != Presence::Gone => {
                     self.suspects.remove(&key);
                 }
                 Action::Wait => {}
                 Action::Suspect => {
-                    self.suspects.insert(key, now);
+                    self.suspects.insert(key, (u, now));
                 }
-                Action::Resend => {
-                    self.suspects.remove(&key);
-                    if self.store.resend(&u).await?.is_some() {
-                        info!(ticket_id = %u.ticket, attempt = u.attempt, resends = u.resends + 1,
-                            "ticket left the dispatch stream without being started; sending it again");
-                        self.resends.inc();
-                        rang = true;
+                action @ (Action::Resend | Action::GiveUp) => {
+                    if settled.is_none() {
+                        settled = Some(self.results_settled().await);
                     }
-                }
-                Action::GiveUp => {
-                    if self.give_up(&u, now).await {
-                        self.suspects.remove(&key);
+                    if settled != Some(true) {
+                        // A result may still be on its way: look again next pass.
+                        continue;
+                    }
+                    self.suspects.remove(&key);
+                    if action == Action::Resend {
+                        if self.store.resend(&u).await?.is_some() {
+                            info!(ticket_id = %u.ticket, attempt = u.attempt, resends = u.resends + 1,
+                                "ticket left the dispatch stream without being started; sending it again");
+                            self.resends.inc();
+                            rang = true;
+                        }
+                    } else if self.still_unstarted(&u).await? && !self.give_up(&u, now).await {
+                        self.suspects.insert(key, (u, since.unwrap_or(now)));
                     }
                 }
             }
         }
-        // Suspicions of attempts that started or finished meanwhile are never looked at again.
-        self.suspects.retain(|_, since| now - *since < 40 * grace);
         if rang {
             self.bell.ring();
         }
         Ok(())
+    }
+
+    /// Whether the shard's results consumer has delivered and applied everything stored.
+    async fn results_settled(&self) -> bool {
+        let js = &self.ctx.cluster.js;
+        let Ok(stream) = js.get_stream_no_info(names::RESULT_STREAM).await else {
+            return false;
+        };
+        match stream
+            .consumer_info(names::result_consumer(self.ctx.shard))
+            .await
+        {
+            Ok(info) => info.num_pending == 0 && info.num_ack_pending == 0,
+            Err(_) => false,
+        }
+    }
+
+    /// Whether the attempt is still as the sweep read it: published then, not started, no result.
+    async fn still_unstarted(&self, u: &Unstarted) -> Result<bool, StoreError> {
+        Ok(self
+            .store
+            .open_attempt(u.ticket, u.attempt)
+            .await?
+            .is_some_and(|a| a.started_at.is_none() && a.published_at == Some(u.published_at)))
     }
 
     async fn presence(&mut self, u: &Unstarted) -> Presence {

@@ -17,7 +17,7 @@
 //! the `OutboxBell`.
 
 use std::{
-    collections::{HashSet, VecDeque},
+    collections::{HashMap, HashSet, VecDeque},
     sync::{
         atomic::{AtomicBool, Ordering},
         Arc,
@@ -36,10 +36,7 @@ use chronoshard_telemetry::metrics;
 use chronoshard_wire::{names, Ticket};
 use futures::{stream::FuturesUnordered, FutureExt, StreamExt};
 use tokio::{
-    sync::{
-        mpsc::{self, error::TrySendError},
-        oneshot,
-    },
+    sync::mpsc::{self, error::TrySendError},
     task::JoinHandle,
 };
 use tokio_util::sync::CancellationToken;
@@ -61,9 +58,8 @@ const COUNT_OUTBOX_EVERY: Duration = Duration::from_secs(1);
 
 pub(crate) struct Handle {
     tx: Option<mpsc::Sender<Vec<Outgoing>>>,
-    /// Withdrawals: a channel of their own, always read, since `tx` stops being read while
-    /// JetStream refuses tickets.
-    ctl: mpsc::UnboundedSender<Withdraw>,
+    withdrawn: Withdrawn,
+    clock: crate::clock::SharedClock,
     /// Set when a hand-over found the channel full: until the dispatcher has read the outbox
     /// back, committed tickets are left there instead of handed over.
     overflow: Arc<AtomicBool>,
@@ -88,18 +84,33 @@ impl Handle {
     }
 
     /// Takes back tickets written ahead of their time (ticket id, scheduled time) that are not
-    /// due yet, so they are never published; returns those it took back. A ticket not due yet
-    /// cannot have been published, wherever it is (held here, in the hand-over channel, or in the
-    /// outbox only): those that arrive later are dropped.
-    pub async fn withdraw(&self, tickets: Vec<(Uuid, i64)>) -> Vec<Uuid> {
+    /// due yet, so they are never published; returns those it took back. Never waits for the
+    /// dispatcher. A ticket not due yet cannot have been published wherever it is (held, in the
+    /// hand-over channel, or in the outbox only), and the dispatcher releases a held ticket only
+    /// once due, deciding under the same lock on the same clock.
+    pub fn withdraw(&self, tickets: &[(Uuid, i64)]) -> Vec<Uuid> {
         if tickets.is_empty() {
             return Vec::new();
         }
-        let (reply, answer) = oneshot::channel();
-        if self.ctl.send(Withdraw { tickets, reply }).is_err() {
-            return Vec::new();
+        let mut w = self.withdrawn.lock();
+        let now = self.clock.now_ms();
+        tickets
+            .iter()
+            .filter(|(_, at)| *at > now)
+            .map(|(id, at)| {
+                w.insert(*id, *at);
+                *id
+            })
+            .collect()
+    }
+
+    /// Undoes a withdrawal whose database write failed: the tickets are published after all
+    /// (late, by the outbox scan, if their time passed meanwhile).
+    pub fn restore(&self, tickets: &[Uuid]) {
+        let mut w = self.withdrawn.lock();
+        for t in tickets {
+            w.remove(t);
         }
-        answer.await.unwrap_or_default()
     }
 
     /// What another task rings after putting tickets back into the outbox.
@@ -116,9 +127,16 @@ impl Handle {
     }
 }
 
-pub(crate) struct Withdraw {
-    tickets: Vec<(Uuid, i64)>,
-    reply: oneshot::Sender<Vec<Uuid>>,
+/// Withdrawn tickets with their due times, shared by the shard loop (which withdraws) and the
+/// dispatcher (which drops them instead of publishing).
+#[derive(Clone, Default)]
+struct Withdrawn(Arc<std::sync::Mutex<HashMap<Uuid, i64>>>);
+
+impl Withdrawn {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, i64>> {
+        // The map holds plain data: one left by a panicking holder is still consistent.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// How long a withdrawn ticket is remembered after its due time: longer than it can take to come
@@ -138,14 +156,14 @@ impl OutboxBell {
 
 pub(crate) fn start(store: Store, ctx: ShardContext, stop: CancellationToken) -> Handle {
     let (tx, rx) = mpsc::channel(64);
-    let (ctl, ctl_rx) = mpsc::unbounded_channel();
+    let withdrawn = Withdrawn::default();
     let overflow = Arc::new(AtomicBool::new(false));
     let span = tracing::info_span!("dispatcher", shard_id = ctx.shard);
-    let dispatcher = Dispatcher::new(store, ctx.clone(), overflow.clone());
+    let dispatcher = Dispatcher::new(store, ctx.clone(), overflow.clone(), withdrawn.clone());
     let task = tokio::spawn(
         async move {
             let shard = ctx.shard;
-            if let Err(e) = dispatcher.run(rx, ctl_rx, stop.clone()).await {
+            if let Err(e) = dispatcher.run(rx, stop.clone()).await {
                 warn!(shard, error = %e, "dispatcher stopped; stopping shard");
                 stop.cancel();
             }
@@ -154,7 +172,8 @@ pub(crate) fn start(store: Store, ctx: ShardContext, stop: CancellationToken) ->
     );
     Handle {
         tx: Some(tx),
-        ctl,
+        withdrawn,
+        clock: ctx.clock.clone(),
         overflow,
         task: Some(task),
     }
@@ -181,10 +200,12 @@ struct Dispatcher {
     /// read must not queue them again.
     pending: HashSet<(Uuid, u32)>,
     acked: Vec<Acked>,
-    /// Withdrawn tickets with their due times: dropped if they arrive after the withdrawal.
-    withdrawn: std::collections::HashMap<Uuid, i64>,
+    /// Withdrawn tickets: dropped wherever they show up.
+    withdrawn: Withdrawn,
     /// The write recording acks, running beside the publishing.
     marking: Option<JoinHandle<Marked>>,
+    /// The tickets of that write, should its task fail.
+    marking_keys: Vec<(Uuid, u32)>,
     /// Consecutive failed publishes: the retry backoff grows with it.
     failures: u32,
     overflow: Arc<AtomicBool>,
@@ -193,7 +214,12 @@ struct Dispatcher {
 }
 
 impl Dispatcher {
-    fn new(store: Store, ctx: ShardContext, overflow: Arc<AtomicBool>) -> Self {
+    fn new(
+        store: Store,
+        ctx: ShardContext,
+        overflow: Arc<AtomicBool>,
+        withdrawn: Withdrawn,
+    ) -> Self {
         Dispatcher {
             overflow,
             outbox_backlog: 0,
@@ -203,10 +229,11 @@ impl Dispatcher {
             queue: FairQueue::default(),
             retry: VecDeque::new(),
             held: OnTime::default(),
-            withdrawn: Default::default(),
+            withdrawn,
             pending: HashSet::new(),
             acked: Vec::new(),
             marking: None,
+            marking_keys: Vec::new(),
             failures: 0,
         }
     }
@@ -214,7 +241,6 @@ impl Dispatcher {
     async fn run(
         mut self,
         mut rx: mpsc::Receiver<Vec<Outgoing>>,
-        mut ctl: mpsc::UnboundedReceiver<Withdraw>,
         stop: CancellationToken,
     ) -> Result<(), StoreError> {
         let window = self.ctx.config.publish_window.max(1);
@@ -237,10 +263,7 @@ impl Dispatcher {
         let mut count_outbox = tokio::time::Instant::now();
         let mut open = true;
         loop {
-            let now = self.ctx.clock.now_ms();
-            while let Some(o) = self.held.pop_due(now) {
-                self.push(o);
-            }
+            let now = self.release_due();
             while inflight.len() < window {
                 let Some(t) = self.queue.pop() else {
                     break;
@@ -256,7 +279,6 @@ impl Dispatcher {
                 biased;
                 _ = stop.cancelled() => break,
                 _ = sleep_until_some(release), if release.is_some() => {}
-                Some(w) = ctl.recv() => self.on_withdraw(w),
                 Some((t, res)) = inflight.next(), if !inflight.is_empty() => self.on_ack(t, res),
                 marked = join_some(&mut self.marking), if self.marking.is_some() => {
                     self.marking = None;
@@ -272,7 +294,7 @@ impl Dispatcher {
                 _ = flush.tick() => {
                     self.start_marking();
                     let now = self.ctx.clock.now_ms();
-                    self.withdrawn.retain(|_, at| *at > now - TOMBSTONE_MS);
+                    self.withdrawn.lock().retain(|_, at| *at > now - TOMBSTONE_MS);
                     if count_outbox.elapsed() >= COUNT_OUTBOX_EVERY {
                         count_outbox = tokio::time::Instant::now();
                         self.count_outbox().await?;
@@ -374,8 +396,10 @@ impl Dispatcher {
 
     fn enqueue(&mut self, tickets: Vec<Outgoing>) {
         let now = self.ctx.clock.now_ms();
+        let withdrawn = self.withdrawn.clone();
+        let withdrawn = withdrawn.lock();
         for o in tickets {
-            if self.withdrawn.contains_key(&o.ticket.ticket_id) {
+            if withdrawn.contains_key(&o.ticket.ticket_id) {
                 continue;
             }
             if self.pending.insert((o.ticket.ticket_id, o.ticket.attempt)) {
@@ -389,19 +413,26 @@ impl Dispatcher {
         }
     }
 
-    fn on_withdraw(&mut self, w: Withdraw) {
+    /// Moves held tickets that are due into the queue, dropping withdrawn ones; returns the time
+    /// it went by. The time is read under the withdrawal lock: a ticket is either withdrawn
+    /// before it is due or released, never both (`Handle::withdraw`).
+    fn release_due(&mut self) -> i64 {
+        let withdrawn = self.withdrawn.clone();
+        let withdrawn = withdrawn.lock();
         let now = self.ctx.clock.now_ms();
-        let taken: std::collections::HashMap<Uuid, i64> =
-            w.tickets.into_iter().filter(|(_, at)| *at > now).collect();
-        for o in self
-            .held
-            .withdraw(|o| taken.contains_key(&o.ticket.ticket_id))
-        {
-            self.pending.remove(&(o.ticket.ticket_id, o.ticket.attempt));
+        let mut due = Vec::new();
+        while let Some(o) = self.held.pop_due(now) {
+            if withdrawn.contains_key(&o.ticket.ticket_id) {
+                self.pending.remove(&(o.ticket.ticket_id, o.ticket.attempt));
+            } else {
+                due.push(o);
+            }
         }
-        let ids = taken.keys().copied().collect();
-        self.withdrawn.extend(taken);
-        let _ = w.reply.send(ids);
+        drop(withdrawn);
+        for o in due {
+            self.push(o);
+        }
+        now
     }
 
     fn push(&mut self, o: Outgoing) {
@@ -475,6 +506,7 @@ impl Dispatcher {
             return;
         }
         let acked = std::mem::take(&mut self.acked);
+        self.marking_keys = acked.iter().map(|a| (a.ticket, a.attempt)).collect();
         let store = self.store.clone();
         let now = self.ctx.clock.now_ms();
         self.marking = Some(tokio::spawn(async move {
@@ -490,10 +522,13 @@ impl Dispatcher {
     ) -> Result<(), StoreError> {
         let (acked, res) = match marked {
             Ok(m) => m,
-            // Its acks stay unrecorded: those tickets are published again after a restart and
+            // Its acks stay unrecorded: the outbox scans publish those tickets again, and
             // JetStream drops the copies (same message ids, within the duplicate window).
             Err(e) => {
                 warn!(error = %e, "ack recording task failed");
+                for key in std::mem::take(&mut self.marking_keys) {
+                    self.pending.remove(&key);
+                }
                 return Ok(());
             }
         };

@@ -65,16 +65,6 @@ impl<T> OnTime<T> {
         self.heap.pop().map(|Reverse(h)| h.item)
     }
 
-    /// Removes the items `drop` picks, keeping the others in order.
-    pub fn withdraw(&mut self, mut drop: impl FnMut(&T) -> bool) -> Vec<T> {
-        let (out, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.heap)
-            .into_vec()
-            .into_iter()
-            .partition(|Reverse(h)| drop(&h.item));
-        self.heap = keep.into();
-        out.into_iter().map(|Reverse(h)| h.item).collect()
-    }
-
     pub fn len(&self) -> usize {
         self.heap.len()
     }
@@ -110,20 +100,5 @@ mod tests {
             prop_assert_eq!(out, want);
         }
 
-        #[test]
-        fn withdrawn_items_never_come_out(ats in prop::collection::vec(0i64..50, 0..100)) {
-            let mut held = OnTime::default();
-            for (i, at) in ats.iter().enumerate() {
-                held.hold(*at, i);
-            }
-            let gone = held.withdraw(|i| i % 3 == 0);
-            prop_assert!(gone.iter().all(|i| i % 3 == 0));
-            let mut rest = Vec::new();
-            while let Some(i) = held.pop_due(i64::MAX) {
-                rest.push(i);
-            }
-            prop_assert_eq!(gone.len() + rest.len(), ats.len());
-            prop_assert!(rest.iter().all(|i| i % 3 != 0));
-        }
     }
 }

@@ -171,7 +171,9 @@ impl Store {
     }
 
     /// Replaces a job's spec, state and next occurrence. Returns false when the job is gone.
-    pub async fn update_job(&self, job: &JobRow) -> Result<bool> {
+    /// Writes a job's new spec, state and next occurrence, and in the same transaction takes back
+    /// `unfire`: its tickets fired ahead that a pause or delete withdrew.
+    pub async fn update_job(&self, job: &JobRow, unfire: &[Uuid]) -> Result<bool> {
         let mut tx = self.write().await?;
         let n = sqlx::query("UPDATE jobs SET spec = $1, state = $2, next_fire_at = $3, updated_at = $4, anchor_at = $5, priority = $6 WHERE id = $7")
             .bind(serde_json::to_string(&job.spec).map_err(|e| StoreError::Corrupt(e.to_string()))?)
@@ -184,6 +186,9 @@ impl Store {
             .execute(&mut *tx)
             .await?
             .rows_affected();
+        if n == 1 {
+            super::tickets::unfire(&mut tx, unfire).await?;
+        }
         tx.commit().await?;
         Ok(n == 1)
     }

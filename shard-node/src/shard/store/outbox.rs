@@ -103,6 +103,30 @@ impl Store {
         rows.iter().map(outgoing_from_row).collect()
     }
 
+    /// First attempts written ahead of their time and not due by `now`: (job, tenant, ticket,
+    /// due time). A new owner of the shard must be able to withdraw them too.
+    pub async fn fired_ahead(&self, now: i64) -> Result<Vec<(Uuid, String, Uuid, i64)>> {
+        let rows = sqlx::query(
+            "SELECT t.job_id, j.tenant, t.id, a.not_before FROM attempts a \
+             JOIN tickets t ON t.id = a.ticket_id AND t.attempt = a.attempt \
+             JOIN jobs j ON j.id = t.job_id \
+             WHERE a.attempt = 1 AND a.published_at IS NULL AND a.finished_at IS NULL AND a.not_before > $1",
+        )
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    parse_uuid(&r.try_get::<String, _>(0)?)?,
+                    r.try_get(1)?,
+                    parse_uuid(&r.try_get::<String, _>(2)?)?,
+                    r.try_get(3)?,
+                ))
+            })
+            .collect()
+    }
+
     /// Attempts acknowledged by JetStream before `published_before` that no worker has reported
     /// starting and that have no result, oldest first, after `after` (publish time, ticket id).
     pub async fn unstarted(

@@ -2,6 +2,8 @@
 
 use chronoshard_wire::{from_millis, rpc::TenantView};
 
+use uuid::Uuid;
+
 use super::{JobRow, Result, Store};
 
 impl Store {
@@ -12,8 +14,9 @@ impl Store {
             .await?)
     }
 
-    /// Pauses a tenant; false when it was paused already.
-    pub async fn pause_tenant(&self, tenant: &str, now: i64) -> Result<bool> {
+    /// Pauses a tenant and takes back `unfire`, its tickets fired ahead of their time; false when
+    /// it was paused already.
+    pub async fn pause_tenant(&self, tenant: &str, unfire: &[Uuid], now: i64) -> Result<bool> {
         let mut tx = self.write().await?;
         let n = sqlx::query(
             "INSERT INTO paused_tenants (tenant, paused_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
@@ -23,6 +26,7 @@ impl Store {
         .execute(&mut *tx)
         .await?
         .rows_affected();
+        super::tickets::unfire(&mut tx, unfire).await?;
         tx.commit().await?;
         Ok(n == 1)
     }

@@ -14,9 +14,6 @@ pub mod reason {
     pub const BUFFERED: &str = "buffered: waits for the previous run to end";
     pub const REPLACED: &str = "replaced by a newer occurrence";
     pub const JOB_DELETED: &str = "job deleted before the buffered occurrence could run";
-    pub const PAUSED_BEFORE_DUE: &str = "job paused before the occurrence was due";
-    pub const DELETED_BEFORE_DUE: &str = "job deleted before the occurrence was due";
-    pub const TENANT_PAUSED_BEFORE_DUE: &str = "tenant paused before the occurrence was due";
 }
 
 /// A missed or skipped occurrence, or a range of consecutive ones.
@@ -321,51 +318,6 @@ impl Store {
         Ok(written)
     }
 
-    /// Takes back tickets written ahead of their time that were never published (the shard
-    /// withdrew them from its dispatcher): their rows go and their runs are recorded `skipped`
-    /// with `why`. Returns the number of runs skipped.
-    pub async fn withdraw(&self, tickets: &[Uuid], why: &str, now: i64) -> Result<u64> {
-        let mut tx = self.write().await?;
-        let mut runs = 0;
-        for t in tickets {
-            let tid = t.to_string();
-            let row = sqlx::query("SELECT job_id, scheduled_at FROM tickets WHERE id = $1")
-                .bind(&tid)
-                .fetch_optional(&mut *tx)
-                .await?;
-            let Some(row) = row else {
-                continue;
-            };
-            let gone = sqlx::query(
-                "DELETE FROM attempts WHERE ticket_id = $1 AND published_at IS NULL AND finished_at IS NULL",
-            )
-            .bind(&tid)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if gone == 0 {
-                continue;
-            }
-            sqlx::query("DELETE FROM tickets WHERE id = $1")
-                .bind(&tid)
-                .execute(&mut *tx)
-                .await?;
-            runs += sqlx::query(
-                "UPDATE runs SET status = 'skipped', reason = $1, attempts = 0, updated_at = $2 \
-                 WHERE job_id = $3 AND scheduled_at = $4 AND status = 'dispatched'",
-            )
-            .bind(why)
-            .bind(now)
-            .bind(row.try_get::<String, _>("job_id")?)
-            .bind(row.try_get::<i64, _>("scheduled_at")?)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        }
-        tx.commit().await?;
-        Ok(runs)
-    }
-
     /// Jobs holding a buffered occurrence: after a restart their release is checked again.
     pub async fn jobs_with_buffered(&self) -> Result<Vec<Uuid>> {
         let ids: Vec<String> =
@@ -438,6 +390,60 @@ async fn replace_run(tx: &mut Tx, id: &str, at: i64, now: i64) -> Result<()> {
     .bind(at)
     .execute(&mut **tx)
     .await?;
+    Ok(())
+}
+
+/// Takes back tickets written ahead of their time and never published, as if their occurrence
+/// had not been fired yet (the pause or delete that withdraws them came before it was due): their
+/// attempt, ticket and run rows go, and a job still active (or completed by that fire) is moved
+/// back to the occurrence, so a tenant pause keeps it for after the resume, as it would have
+/// without the lead. A job paused or deleted in the same transaction is left as it is.
+pub(super) async fn unfire(tx: &mut Tx, tickets: &[Uuid]) -> Result<()> {
+    for t in tickets {
+        let tid = t.to_string();
+        let row = sqlx::query("SELECT job_id, scheduled_at FROM tickets WHERE id = $1")
+            .bind(&tid)
+            .fetch_optional(&mut **tx)
+            .await?;
+        let Some(row) = row else {
+            continue;
+        };
+        let (job, at): (String, i64) = (row.try_get("job_id")?, row.try_get("scheduled_at")?);
+        let gone = sqlx::query(
+            "DELETE FROM attempts WHERE ticket_id = $1 AND published_at IS NULL AND finished_at IS NULL",
+        )
+        .bind(&tid)
+        .execute(&mut **tx)
+        .await?
+        .rows_affected();
+        if gone == 0 {
+            continue;
+        }
+        sqlx::query("DELETE FROM tickets WHERE id = $1")
+            .bind(&tid)
+            .execute(&mut **tx)
+            .await?;
+        // The run goes with its last item's ticket.
+        sqlx::query(
+            "DELETE FROM runs WHERE job_id = $1 AND scheduled_at = $2 \
+             AND NOT EXISTS (SELECT 1 FROM tickets WHERE job_id = $3 AND scheduled_at = $4)",
+        )
+        .bind(&job)
+        .bind(at)
+        .bind(&job)
+        .bind(at)
+        .execute(&mut **tx)
+        .await?;
+        sqlx::query(
+            "UPDATE jobs SET next_fire_at = $1, state = 'active' WHERE id = $2 \
+             AND state IN ('active', 'completed') AND (next_fire_at IS NULL OR next_fire_at > $3)",
+        )
+        .bind(at)
+        .bind(&job)
+        .bind(at)
+        .execute(&mut **tx)
+        .await?;
+    }
     Ok(())
 }
 

@@ -158,7 +158,7 @@ async fn a_deleted_jobs_failed_ticket_is_not_retried(db: TestDb) {
     let t = fired(&s, &j, 1000).await;
     j.state = JobState::Deleted;
     j.next_fire_at = None;
-    s.update_job(&j).await.unwrap();
+    s.update_job(&j, &[]).await.unwrap();
     let a = s
         .apply_results(&[report(&t, 1, ResultKind::Failed, 1500)], 1500)
         .await
@@ -412,8 +412,11 @@ async fn a_paused_tenants_jobs_are_not_loaded(db: TestDb) {
     let (a, b) = (job("a", 1000), job("b", 1000));
     s.create_job(&a, None).await.unwrap();
     s.create_job(&b, None).await.unwrap();
-    assert!(s.pause_tenant("a", 10).await.unwrap());
-    assert!(!s.pause_tenant("a", 11).await.unwrap(), "paused already");
+    assert!(s.pause_tenant("a", &[], 10).await.unwrap());
+    assert!(
+        !s.pause_tenant("a", &[], 11).await.unwrap(),
+        "paused already"
+    );
     let due: Vec<Uuid> = s
         .due_jobs(None, 5000)
         .await

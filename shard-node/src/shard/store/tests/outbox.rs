@@ -107,58 +107,67 @@ async fn the_sweep_pages_through_unstarted_attempts_by_cursor(db: TestDb) {
     assert_eq!(seen, want, "each with the sequence its ack named");
 }
 
-async fn a_ticket_written_ahead_waits_for_its_time_and_can_be_withdrawn(db: TestDb) {
+async fn a_ticket_written_ahead_waits_for_its_time_and_can_be_taken_back(db: TestDb) {
     let s = open(&db, 1).await.unwrap();
-    let (a, b) = (job("t", 5000), job("t", 5000));
-    for j in [&a, &b] {
+    let (mut a, b, c) = (job("t", 5000), job("t", 5000), job("u", 5000));
+    for j in [&a, &b, &c] {
         s.create_job(j, None).await.unwrap();
     }
-    // both fired at 4800, 200 ms ahead of their time
-    let ta = fire(&s, &a, Some(5000), None, vec![ticket(&a, 5000, 1)], 4800)
-        .await
-        .unwrap()
-        .tickets
-        .remove(0);
-    let tb = fire(&s, &b, Some(5000), None, vec![ticket(&b, 5000, 1)], 4800)
-        .await
-        .unwrap()
-        .tickets
-        .remove(0);
+    // all fired at 4800, 200 ms ahead of their time; c is recurring, a and b complete
+    let mut ahead = Vec::new();
+    for (j, next) in [(&a, None), (&b, None), (&c, Some(6000))] {
+        let t = fire(&s, j, Some(5000), next, vec![ticket(j, 5000, 1)], 4800)
+            .await
+            .unwrap()
+            .tickets
+            .remove(0);
+        ahead.push(t);
+    }
+    let (ta, tb, tc) = (&ahead[0], &ahead[1], &ahead[2]);
     assert!(
         s.unpublished(9000, 4999, 10).await.unwrap().is_empty(),
         "not in the outbox before its time"
     );
-    assert_eq!(s.unpublished(9000, 5000, 10).await.unwrap().len(), 2);
+    assert_eq!(s.unpublished(9000, 5000, 10).await.unwrap().len(), 3);
 
-    // b was published (it could not be withdrawn any more); a is withdrawn
-    published(&s, &tb, 7, 5000).await;
-    let why = reason::PAUSED_BEFORE_DUE;
-    assert_eq!(
-        s.withdraw(&[ta.ticket_id, tb.ticket_id], why, 4900)
-            .await
-            .unwrap(),
-        1
+    // b was published: it cannot be taken back any more
+    published(&s, tb, 7, 5000).await;
+    // a is paused before its time, taking back its ticket (and b's, which stays)
+    a.state = JobState::Paused;
+    a.next_fire_at = None;
+    assert!(s
+        .update_job(&a, &[ta.ticket_id, tb.ticket_id])
+        .await
+        .unwrap());
+    assert!(
+        s.runs(a.id, None, 10).await.unwrap().is_empty(),
+        "as if never fired"
     );
-    let run = s.runs(a.id, None, 10).await.unwrap().remove(0);
-    assert_eq!(
-        (run.status, run.reason.as_deref(), run.attempts),
-        (RunStatus::Skipped, Some(why), 0)
-    );
-    assert!(run.ticket_ids.is_empty(), "{run:?}");
     assert!(s.ticket(ta.ticket_id).await.unwrap().is_none());
+    let a_now = s.get_job(a.id).await.unwrap().unwrap();
+    assert_eq!((a_now.state, a_now.next_fire_at), (JobState::Paused, None));
     assert_eq!(
         s.runs(b.id, None, 10).await.unwrap()[0].status,
         RunStatus::Dispatched
     );
+    // c's tenant is paused before its time: c goes back to that occurrence, to fire after the resume
+    assert!(s.pause_tenant("u", &[tc.ticket_id], 4900).await.unwrap());
+    assert!(s.runs(c.id, None, 10).await.unwrap().is_empty());
+    let c_now = s.get_job(c.id).await.unwrap().unwrap();
+    assert_eq!(
+        (c_now.state, c_now.next_fire_at),
+        (JobState::Active, Some(5000))
+    );
     let outbox = s.unpublished(9000, 9000, 10).await.unwrap();
     assert!(outbox.is_empty(), "{outbox:?}");
-    // withdrawing again, or an unknown ticket, changes nothing
-    assert_eq!(
-        s.withdraw(&[ta.ticket_id, Uuid::now_v7()], why, 4950)
-            .await
-            .unwrap(),
-        0
-    );
+    // taking back again, or an unknown ticket, changes nothing
+    let mut again = a.clone();
+    again.updated_at = 4950;
+    assert!(s
+        .update_job(&again, &[ta.ticket_id, Uuid::now_v7()])
+        .await
+        .unwrap());
+    assert!(s.runs(a.id, None, 10).await.unwrap().is_empty());
 }
 
 async fn a_checkpoint_copies_the_wal_beside_the_writer(db: TestDb) {
@@ -180,7 +189,7 @@ async fn a_checkpoint_copies_the_wal_beside_the_writer(db: TestDb) {
 
 store_tests!(
     a_checkpoint_copies_the_wal_beside_the_writer,
-    a_ticket_written_ahead_waits_for_its_time_and_can_be_withdrawn,
+    a_ticket_written_ahead_waits_for_its_time_and_can_be_taken_back,
     an_unstarted_attempt_is_put_back_into_the_outbox_once,
     a_started_or_finished_attempt_is_never_resent,
     the_sweep_pages_through_unstarted_attempts_by_cursor,
