@@ -1,5 +1,6 @@
 //! Tickets JetStream acknowledged and then no longer holds, with no worker having started them:
-//! the lost-ticket sweep sends them again, and fails an attempt lost too often as `lost:`.
+//! the lost-ticket sweep sends them again (not while a result of theirs may be on its way), and
+//! fails an attempt lost too often as `lost:`.
 
 mod common;
 
@@ -22,6 +23,40 @@ async fn a_lost_ticket_is_sent_again_and_one_lost_too_often_is_dead_lettered() {
     })
     .await;
     let api = Api::new(&p);
+    let js = jetstream::new(async_nats::connect(&p.nats_url).await.unwrap());
+
+    // A worker ran a ticket and stored its result, but the shard has not applied it yet (its
+    // results consumer is paused): the ticket left the stream without a `started`, yet it must
+    // not be sent again.
+    let done = api
+        .create(
+            &json!({"tenant": "acme", "name": "done", "schedule": {"delay": "0s"},
+            "target": {"type": "queue", "queue": "quick"}}),
+        )
+        .await;
+    let mut quick = HandWorker::start(&p.nats_url, "quick").await;
+    let ran = quick.next_ticket(LONG).await;
+    let results = js.get_stream(names::RESULT_STREAM).await.unwrap();
+    let consumer = names::result_consumer(ran.shard);
+    let until = async_nats::datetime::add_std_duration(
+        async_nats::datetime::now(),
+        Duration::from_secs(300),
+    )
+    .unwrap();
+    results.pause_consumer(&consumer, until).await.unwrap();
+    quick.report(&ran, ResultKind::Succeeded, None).await;
+    // a resend would come after 1 s + a quarter of it; give it four times that
+    let again = tokio::time::timeout(Duration::from_secs(5), quick.next_ticket(LONG)).await;
+    assert!(
+        again.is_err(),
+        "resent although its result was stored: {:?}",
+        again.ok()
+    );
+    results.resume_consumer(&consumer).await.unwrap();
+    let run = api.newest_run_succeeded(&done).await;
+    assert_eq!(run["attempts"], 1, "{run}");
+    assert_eq!(resent_total(&api).await, 0);
+
     let job = api
         .create(
             &json!({"tenant": "acme", "name": "fragile", "schedule": {"delay": "0s"},
@@ -31,7 +66,6 @@ async fn a_lost_ticket_is_sent_again_and_one_lost_too_often_is_dead_lettered() {
 
     // No worker consumes the queue yet: the ticket waits in the stream. Delete it there, as a
     // stream that lost it would.
-    let js = jetstream::new(async_nats::connect(&p.nats_url).await.unwrap());
     let stream = js.get_stream(names::DISPATCH_STREAM).await.unwrap();
     let subject = names::dispatch_subject("lossy");
     let stored = wait_for("the ticket to be stored", LONG, || async {

@@ -6,9 +6,10 @@
 //!
 //! The sweep looks at attempts published longer than `resend_after` ago and never started, asks
 //! the stream for the message under the sequence its publish was stored at, and when it is gone
-//! twice, `grace` apart, and the shard's results consumer has nothing pending (a worker stores
-//! its final result before it acknowledges the ticket, so by then any result of that attempt is
-//! applied), puts the attempt back into the outbox: the dispatcher publishes it again under the
+//! twice, `grace` apart, and every result stored for the shard by the time it was first seen gone
+//! has been applied (a worker stores its final result before it acknowledges the ticket, so a
+//! result of that attempt would be among them; the results stream is a work queue, so "applied"
+//! is "no longer in it"), puts the attempt back into the outbox: the dispatcher publishes it again under the
 //! same ticket id and attempt. An attempt lost `MAX_RESENDS` times is failed as `lost:` through
 //! the results stream, so the retry policy and the dead-letter list take over instead of a loop.
 //!
@@ -40,6 +41,12 @@ use super::{
 pub const MAX_RESENDS: u32 = 3;
 /// Attempts checked per pass: each is one request to the stream.
 const PER_PASS: u32 = 256;
+
+#[derive(Clone, Copy)]
+enum Edge {
+    First,
+    Last,
+}
 
 /// Whether the dispatch stream holds an attempt's message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,14 +120,21 @@ pub(crate) fn start(
     )
 }
 
+struct Suspect {
+    attempt: Unstarted,
+    since: i64,
+    results_mark: u64,
+}
+
 struct Sweep {
     store: Store,
     ctx: ShardContext,
     bell: OutboxBell,
     stream: Option<Stream<()>>,
-    /// Attempts seen gone, with when they were first seen so; looked at again every pass,
-    /// wherever the cursor is, until they are resent, held, started or finished.
-    suspects: HashMap<(Uuid, u32), (Unstarted, i64)>,
+    /// Attempts seen gone: when first seen so, and the last results-stream sequence of the
+    /// shard's results then. Looked at again every pass, wherever the cursor is, until they are
+    /// resent, held, started or finished.
+    suspects: HashMap<(Uuid, u32), Suspect>,
     /// Where the next pass continues: attempts waiting for a worker must not hide later ones.
     cursor: Option<(i64, Uuid)>,
     resends: prometheus::IntCounter,
@@ -156,36 +170,53 @@ impl Sweep {
         } else {
             None
         };
-        let mut todo: Vec<Unstarted> = self.suspects.values().map(|(u, _)| u.clone()).collect();
+        let mut todo: Vec<Unstarted> = self.suspects.values().map(|s| s.attempt.clone()).collect();
         todo.extend(
             batch
                 .into_iter()
                 .filter(|u| !self.suspects.contains_key(&(u.ticket, u.attempt))),
         );
         // Asked once per pass, and only when something is to be resent or given up.
-        let mut settled = None;
+        let mut oldest_result = None;
         let mut rang = false;
         for u in todo {
             let key = (u.ticket, u.attempt);
             let presence = self.presence(&u).await;
-            let since = self.suspects.get(&key).map(|(_, since)| *since);
+            let since = self.suspects.get(&key).map(|s| s.since);
             match judge(presence, since, u.resends, now, grace) {
                 Action::Wait if presence != Presence::Gone => {
                     self.suspects.remove(&key);
                 }
                 Action::Wait => {}
                 Action::Suspect => {
-                    self.suspects.insert(key, (u, now));
+                    // Asked after the ticket was seen gone: a result stored before is at or
+                    // below this mark.
+                    if let Ok(mark) = self.result_seq(Edge::Last).await {
+                        self.suspects.insert(
+                            key,
+                            Suspect {
+                                attempt: u,
+                                since: now,
+                                results_mark: mark.unwrap_or(0),
+                            },
+                        );
+                    }
                 }
                 action @ (Action::Resend | Action::GiveUp) => {
-                    if settled.is_none() {
-                        settled = Some(self.results_settled().await);
+                    if oldest_result.is_none() {
+                        oldest_result = Some(self.result_seq(Edge::First).await);
                     }
-                    if settled != Some(true) {
-                        // A result may still be on its way: look again next pass.
+                    let mark = self.suspects.get(&key).map_or(0, |s| s.results_mark);
+                    let applied = match oldest_result {
+                        Some(Ok(None)) => true,
+                        Some(Ok(Some(oldest))) => oldest > mark,
+                        _ => false,
+                    };
+                    if !applied {
+                        // A result of this attempt may still be on its way: look again next pass.
                         continue;
                     }
-                    self.suspects.remove(&key);
+                    let suspect = self.suspects.remove(&key);
                     if action == Action::Resend {
                         if self.store.resend(&u).await?.is_some() {
                             info!(ticket_id = %u.ticket, attempt = u.attempt, resends = u.resends + 1,
@@ -194,7 +225,9 @@ impl Sweep {
                             rang = true;
                         }
                     } else if self.still_unstarted(&u).await? && !self.give_up(&u, now).await {
-                        self.suspects.insert(key, (u, since.unwrap_or(now)));
+                        if let Some(s) = suspect {
+                            self.suspects.insert(key, s);
+                        }
                     }
                 }
             }
@@ -205,18 +238,23 @@ impl Sweep {
         Ok(())
     }
 
-    /// Whether the shard's results consumer has delivered and applied everything stored.
-    async fn results_settled(&self) -> bool {
+    /// The sequence of the shard's first (oldest) or last result still in the results stream
+    /// (None: none is, every stored result was applied); Err when the stream did not answer.
+    async fn result_seq(&self, edge: Edge) -> Result<Option<u64>, ()> {
         let js = &self.ctx.cluster.js;
-        let Ok(stream) = js.get_stream_no_info(names::RESULT_STREAM).await else {
-            return false;
-        };
-        match stream
-            .consumer_info(names::result_consumer(self.ctx.shard))
+        let stream = js
+            .get_stream_no_info(names::RESULT_STREAM)
             .await
-        {
-            Ok(info) => info.num_pending == 0 && info.num_ack_pending == 0,
-            Err(_) => false,
+            .map_err(|_| ())?;
+        let subject = names::result_subject(self.ctx.shard);
+        let found = match edge {
+            Edge::First => stream.get_first_raw_message_by_subject(&subject, 1).await,
+            Edge::Last => stream.get_last_raw_message_by_subject(&subject).await,
+        };
+        match found {
+            Ok(m) => Ok(Some(m.sequence)),
+            Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(_) => Err(()),
         }
     }
 
