@@ -130,6 +130,17 @@ async fn a_ticket_written_ahead_waits_for_its_time_and_can_be_taken_back(db: Tes
     );
     assert_eq!(s.unpublished(9000, 5000, 10).await.unwrap().len(), 3);
 
+    // what a new owner of the shard must be able to withdraw too
+    let mut ahead_rows = s.fired_ahead(4900).await.unwrap();
+    ahead_rows.sort_by_key(|(_, _, t, _)| *t);
+    let mut want: Vec<(Uuid, String, Uuid, i64)> = [(&a, ta), (&b, tb), (&c, tc)]
+        .iter()
+        .map(|(j, t)| (j.id, j.tenant.clone(), t.ticket_id, 5000))
+        .collect();
+    want.sort_by_key(|(_, _, t, _)| *t);
+    assert_eq!(ahead_rows, want);
+    assert!(s.fired_ahead(5000).await.unwrap().is_empty(), "due by then");
+
     // b was published: it cannot be taken back any more
     published(&s, tb, 7, 5000).await;
     // a is paused before its time, taking back its ticket (and b's, which stays)
