@@ -95,3 +95,34 @@ async fn an_occurrence_fired_ahead_is_published_on_time_and_taken_back_by_a_paus
     assert_eq!(third.job_id.to_string(), tenant_paused);
     p.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn after_a_restart_a_pause_before_due_still_takes_back_an_occurrence_fired_ahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let lead = |o: &mut chronoshard::dev::DevOptions| o.shard.fire_lead = Duration::from_secs(30);
+    let p = platform_with(dir.path(), lead).await;
+    let api = Api::new(&p);
+    let job = api.create(&one_shot("acme", "restarted", 10_000)).await;
+    wait_for("the occurrence to be fired ahead", LONG, || async {
+        (!api.past_runs(&job).await.is_empty()).then_some(())
+    })
+    .await
+    .unwrap();
+    p.stop().await.unwrap();
+
+    // the new owner of the shard did not fire it, but knows it was fired ahead
+    let p = platform_with(dir.path(), lead).await;
+    let api = Api::new(&p);
+    let (status, body) = api.post(&format!("/v1/jobs/{job}/pause"), &json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let mut hand = HandWorker::start(&p.nats_url, "ahead").await;
+    let marker = api.create(&one_shot("acme", "marker", 11_000)).await;
+    let first = hand.next_ticket(LONG).await;
+    assert_eq!(
+        first.job_id.to_string(),
+        marker,
+        "the paused occurrence never came"
+    );
+    assert!(api.past_runs(&job).await.is_empty());
+    p.stop().await.unwrap();
+}
