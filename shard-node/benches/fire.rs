@@ -65,15 +65,9 @@
 
 use std::{
     collections::HashMap,
-    path::{Path, PathBuf},
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc,
-    },
     time::{Duration, Instant},
 };
 
-use bytes::Bytes;
 use chrono::Utc;
 use chronoshard_cluster::Cluster;
 use chronoshard_shard_node::{shard::store::JobRow, shard::store::Store, Options, ShardNode};
@@ -85,9 +79,16 @@ use chronoshard_wire::{
     rpc::{ClusterConfig, ShardAssignment},
     JobSpec, JobState, Ticket,
 };
-use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
+
+// Beside this file, not in `benches/` (where Cargo would take it for a bench of its own).
+#[path = "fire/measure.rs"]
+mod measure;
+
+use measure::{
+    collect, cores, cpu_model, fires_total, loadavg, output_path, steady_rate, Percentiles,
+};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -691,148 +692,4 @@ fn lead_ms(cfg: &Config, n: usize, create_rate: f64) -> i64 {
     let parallel = (cores().min(cfg.shards as usize)).max(1) as f64;
     let setup_s = n as f64 / (create_rate * parallel);
     ((setup_s * 2.0 + 3.0) * 1000.0) as i64
-}
-
-struct Collected {
-    /// (receive time in µs since the epoch, payload), in arrival order.
-    messages: Vec<(i64, Bytes)>,
-    slow_consumer: u64,
-}
-
-/// Subscribes to every dispatch subject on its own connection and current-thread runtime (so
-/// the node's tasks cannot delay a receipt timestamp), signals `ready` once the subscription is
-/// registered at the server, then records messages until `expected` arrived and nothing more
-/// arrives for 500 ms, or nothing arrives for `timeout` after `last_due` and the last message.
-fn collect(
-    url: String,
-    expected: usize,
-    last_due: Instant,
-    timeout: Duration,
-    ready: tokio::sync::oneshot::Sender<()>,
-) -> Res<Collected> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async move {
-        let slow = Arc::new(AtomicU64::new(0));
-        let slow_cb = slow.clone();
-        let client = async_nats::ConnectOptions::new()
-            .subscription_capacity(1 << 20)
-            .event_callback(move |e| {
-                let slow = slow_cb.clone();
-                async move {
-                    if let async_nats::Event::SlowConsumer(_) = e {
-                        slow.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            })
-            .connect(url)
-            .await?;
-        let mut sub = client.subscribe(names::DISPATCH_SUBJECTS).await?;
-        client.flush().await?;
-        let _ = ready.send(());
-        let mut messages = Vec::with_capacity(expected);
-        let mut last = last_due;
-        loop {
-            // Once every ticket is in, wait briefly for repeats, then stop.
-            let wait = if messages.len() >= expected {
-                Duration::from_millis(500)
-            } else {
-                (last.max(last_due) + timeout).saturating_duration_since(Instant::now())
-            };
-            match tokio::time::timeout(wait, sub.next()).await {
-                Ok(Some(m)) => {
-                    messages.push((Utc::now().timestamp_micros(), m.payload));
-                    last = Instant::now();
-                }
-                Ok(None) | Err(_) => break,
-            }
-        }
-        Ok(Collected {
-            messages,
-            slow_consumer: slow.load(Ordering::Relaxed),
-        })
-    })
-}
-
-/// Fires (ticket rows written) counted by the node's metrics, over every shard.
-fn fires_total(shards: u32) -> u64 {
-    (0..shards)
-        .map(|s| {
-            metrics::FIRES_TOTAL
-                .with_label_values(&[&s.to_string()])
-                .get()
-        })
-        .sum()
-}
-
-/// Tickets per second between the polls where 10% and 90% of `n` were first in the stream.
-fn steady_rate(samples: &[(i64, u64)], n: u64) -> Option<f64> {
-    let at = |frac: f64| samples.iter().find(|(_, m)| *m as f64 >= frac * n as f64);
-    let (t1, m1) = at(0.1)?;
-    let (t2, m2) = at(0.9)?;
-    (t2 > t1).then(|| (m2 - m1) as f64 / ((t2 - t1) as f64 / 1000.0))
-}
-
-struct Percentiles {
-    p50: f64,
-    p99: f64,
-    p999: f64,
-    max: f64,
-}
-
-impl Percentiles {
-    /// Nearest-rank percentiles (NaN for an empty sample).
-    fn of(v: &mut [f64]) -> Percentiles {
-        v.sort_by(f64::total_cmp);
-        let q = |p: f64| {
-            if v.is_empty() {
-                return f64::NAN;
-            }
-            let rank = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len());
-            v[rank - 1]
-        };
-        Percentiles {
-            p50: q(0.5),
-            p99: q(0.99),
-            p999: q(0.999),
-            max: q(1.0),
-        }
-    }
-
-    fn json(&self) -> serde_json::Value {
-        let r = |x: f64| (x * 10.0).round() / 10.0;
-        serde_json::json!({"p50": r(self.p50), "p99": r(self.p99), "p99_9": r(self.p999), "max": r(self.max)})
-    }
-}
-
-fn cores() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".into())
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
-fn output_path() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    target.join("bench-fire.json")
 }

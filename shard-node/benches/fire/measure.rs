@@ -1,0 +1,163 @@
+//! What the fire bench measures with, apart from the node: the subscriber that timestamps every
+//! ticket on its own thread, the node's fire counter, percentiles, and the machine's facts.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use chrono::Utc;
+use chronoshard_telemetry::metrics;
+use chronoshard_wire::names;
+use futures::StreamExt;
+
+use super::Res;
+
+pub(crate) struct Collected {
+    /// (receive time in µs since the epoch, payload), in arrival order.
+    pub messages: Vec<(i64, Bytes)>,
+    pub slow_consumer: u64,
+}
+
+/// Subscribes to every dispatch subject on its own connection and current-thread runtime (so
+/// the node's tasks cannot delay a receipt timestamp), signals `ready` once the subscription is
+/// registered at the server, then records messages until `expected` arrived and nothing more
+/// arrives for 500 ms, or nothing arrives for `timeout` after `last_due` and the last message.
+pub(crate) fn collect(
+    url: String,
+    expected: usize,
+    last_due: Instant,
+    timeout: Duration,
+    ready: tokio::sync::oneshot::Sender<()>,
+) -> Res<Collected> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let slow = Arc::new(AtomicU64::new(0));
+        let slow_cb = slow.clone();
+        let client = async_nats::ConnectOptions::new()
+            .subscription_capacity(1 << 20)
+            .event_callback(move |e| {
+                let slow = slow_cb.clone();
+                async move {
+                    if let async_nats::Event::SlowConsumer(_) = e {
+                        slow.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+            .connect(url)
+            .await?;
+        let mut sub = client.subscribe(names::DISPATCH_SUBJECTS).await?;
+        client.flush().await?;
+        let _ = ready.send(());
+        let mut messages = Vec::with_capacity(expected);
+        let mut last = last_due;
+        loop {
+            // Once every ticket is in, wait briefly for repeats, then stop.
+            let wait = if messages.len() >= expected {
+                Duration::from_millis(500)
+            } else {
+                (last.max(last_due) + timeout).saturating_duration_since(Instant::now())
+            };
+            match tokio::time::timeout(wait, sub.next()).await {
+                Ok(Some(m)) => {
+                    messages.push((Utc::now().timestamp_micros(), m.payload));
+                    last = Instant::now();
+                }
+                Ok(None) | Err(_) => break,
+            }
+        }
+        Ok(Collected {
+            messages,
+            slow_consumer: slow.load(Ordering::Relaxed),
+        })
+    })
+}
+
+/// Fires (ticket rows written) counted by the node's metrics, over every shard.
+pub(crate) fn fires_total(shards: u32) -> u64 {
+    (0..shards)
+        .map(|s| {
+            metrics::FIRES_TOTAL
+                .with_label_values(&[&s.to_string()])
+                .get()
+        })
+        .sum()
+}
+
+/// Tickets per second between the polls where 10% and 90% of `n` were first in the stream.
+pub(crate) fn steady_rate(samples: &[(i64, u64)], n: u64) -> Option<f64> {
+    let at = |frac: f64| samples.iter().find(|(_, m)| *m as f64 >= frac * n as f64);
+    let (t1, m1) = at(0.1)?;
+    let (t2, m2) = at(0.9)?;
+    (t2 > t1).then(|| (m2 - m1) as f64 / ((t2 - t1) as f64 / 1000.0))
+}
+
+pub(crate) struct Percentiles {
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+impl Percentiles {
+    /// Nearest-rank percentiles (NaN for an empty sample).
+    pub fn of(v: &mut [f64]) -> Percentiles {
+        v.sort_by(f64::total_cmp);
+        let q = |p: f64| {
+            if v.is_empty() {
+                return f64::NAN;
+            }
+            let rank = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len());
+            v[rank - 1]
+        };
+        Percentiles {
+            p50: q(0.5),
+            p99: q(0.99),
+            p999: q(0.999),
+            max: q(1.0),
+        }
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        let r = |x: f64| (x * 10.0).round() / 10.0;
+        serde_json::json!({"p50": r(self.p50), "p99": r(self.p99), "p99_9": r(self.p999), "max": r(self.max)})
+    }
+}
+
+pub(crate) fn cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+pub(crate) fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+pub(crate) fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+pub(crate) fn output_path() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    target.join("bench-fire.json")
+}
