@@ -239,22 +239,34 @@ impl Shard {
                 self.metrics.not_fired(nf.status, &nf.reason, nf.count);
             }
             self.count_fired(&out.occurrences, out.replaced);
-            let early = out
+            let early: Vec<(Uuid, i64)> = out
                 .tickets
                 .iter()
                 .map(|t| (t.ticket_id, t.scheduled_at.timestamp_millis()))
-                .filter(|(_, at)| *at > now);
-            let staged = self.staged.entry(job.id).or_insert_with(|| Staged {
-                tenant: job.tenant.clone(),
-                tickets: Vec::new(),
-            });
-            staged.tickets.extend(early);
+                .filter(|(_, at)| *at > now)
+                .collect();
+            self.note_fired_ahead(job.id, &job.tenant, early);
             self.dispatcher.publish(out.tickets);
             if let Some(next) = p.next {
                 self.track(Due::of(job, next));
             }
         }
         Ok(())
+    }
+
+    /// Remembers a job's tickets fired ahead of their time, so a pause can withdraw them.
+    fn note_fired_ahead(&mut self, job: Uuid, tenant: &str, tickets: Vec<(Uuid, i64)>) {
+        if tickets.is_empty() {
+            return;
+        }
+        self.staged
+            .entry(job)
+            .or_insert_with(|| Staged {
+                tenant: tenant.to_string(),
+                tickets: Vec::new(),
+            })
+            .tickets
+            .extend(tickets);
     }
 
     /// Whether the job has an occurrence fired ahead that is not due yet.
@@ -456,14 +468,7 @@ impl Shard {
     pub(super) async fn recover(&mut self, now: i64) -> Result<(), ShardError> {
         self.paused = self.store.paused_tenants().await?.into_iter().collect();
         for (job, tenant, ticket, at) in self.store.fired_ahead(now).await? {
-            self.staged
-                .entry(job)
-                .or_insert_with(|| Staged {
-                    tenant,
-                    tickets: Vec::new(),
-                })
-                .tickets
-                .push((ticket, at));
+            self.note_fired_ahead(job, &tenant, vec![(ticket, at)]);
         }
         for a in self.store.open_attempts().await? {
             let (ticket, attempt) = (a.ticket, a.attempt);
