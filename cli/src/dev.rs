@@ -6,7 +6,8 @@
 //! Layout of the data directory:
 //! - `admin-token`: the generated admin token (kept so it survives restarts);
 //! - `nats/`: the JetStream store and `nats-server.log`;
-//! - `shards/shard-<n>.db`: one SQLite database per shard.
+//! - `shards/shard-<n>.db`: one SQLite database per shard;
+//! - `workers/worker-<n>.journal`: each worker's ticket journal.
 
 use std::{
     net::SocketAddr,
@@ -17,7 +18,10 @@ use std::{
 use anyhow::Context;
 use chronoshard_control_plane::{ControlPlane, Options as ControlPlaneOptions};
 use chronoshard_shard_node::{Options as NodeOptions, ShardConfig, ShardNode};
-use chronoshard_worker::{Options as WorkerOptions, Worker};
+use chronoshard_worker::{
+    executor::{shell::ShellOptions, ssrf::SsrfGuard, Builtins},
+    Handlers, Options as WorkerOptions, QueueLimits, Worker,
+};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -123,14 +127,15 @@ impl Platform {
         }
         for i in 1..=opts.workers {
             let id = format!("worker-{i}");
-            tasks.push(
-                Worker::start(
-                    WorkerOptions::new(&id),
-                    connect(id.clone()).await?,
-                    shutdown.clone(),
-                )
-                .await?,
-            );
+            let mut worker = WorkerOptions::new(&id, opts.data.join("workers"));
+            // A local playground: its targets are usually on this machine.
+            worker.handlers = Builtins {
+                http: SsrfGuard::default().allow_loopback(),
+                shell: ShellOptions::default(),
+                limits: QueueLimits::default(),
+            }
+            .register(Handlers::new())?;
+            tasks.push(Worker::start(worker, connect(id.clone()).await?, shutdown.clone()).await?);
         }
         let platform = Platform {
             url: format!("http://{}", cp.addr),

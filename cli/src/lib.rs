@@ -2,3 +2,4 @@
 //! logic of its own beyond wiring, so tests start exactly what users start.
 
 pub mod dev;
+pub mod worker;

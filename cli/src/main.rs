@@ -43,6 +43,9 @@ enum Command {
         #[arg(long, env = "CHRONOSHARD_POSTGRES")]
         postgres: Option<String>,
     },
+    /// Run one worker against a platform's NATS: the built-in `http` executor, and `shell` when
+    /// enabled. SIGTERM drains it (in-flight tickets finish within the grace) and exits 0.
+    Worker(chronoshard::worker::WorkerArgs),
 }
 
 #[tokio::main]
@@ -84,6 +87,15 @@ async fn main() -> anyhow::Result<()> {
             println!("stopping");
             platform.stop().await?;
             println!("stopped");
+        }
+        Command::Worker(args) => {
+            let shutdown = tokio_util::sync::CancellationToken::new();
+            let stop = shutdown.clone();
+            tokio::spawn(async move {
+                shutdown_signal().await;
+                stop.cancel();
+            });
+            chronoshard::worker::run(args, shutdown).await?;
         }
     }
     Ok(())

@@ -106,6 +106,27 @@ impl Api {
         .unwrap()
     }
 
+    /// Waits (up to 90 s) for a run of the job with this status and returns its first ticket, as
+    /// `GET /v1/tickets/{id}` shows it.
+    pub async fn ticket_of_run(&self, job: &str, status: &str) -> Value {
+        let run = wait_for(
+            &format!("a {status} run of {job}"),
+            Duration::from_secs(90),
+            || async {
+                self.past_runs(job)
+                    .await
+                    .into_iter()
+                    .find(|r| r["status"] == status)
+            },
+        )
+        .await
+        .unwrap();
+        let id = run["ticket_ids"][0].as_str().unwrap();
+        let (code, t) = self.get(&format!("/v1/tickets/{id}")).await;
+        assert_eq!(code, 200, "{t}");
+        t
+    }
+
     /// The sum of a metric over all its label sets, as `/metrics` shows it now.
     pub async fn metric_sum(&self, name: &str) -> f64 {
         let (_, _, text) = self.send(reqwest::Method::GET, "/metrics", None).await;

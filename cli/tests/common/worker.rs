@@ -69,6 +69,9 @@ impl HandWorker {
             error: error.map(str::to_string),
             http_status: None,
             delivery: None,
+            output: None,
+            permanent: false,
+            checkpoint: None,
         };
         let msg = jetstream::message::PublishMessage::build()
             .payload(serde_json::to_vec(&r).expect("json").into())

@@ -22,6 +22,8 @@ pub const HTTP_DURATION: &str = "chronoshard_http_request_duration_seconds";
 pub const EXECUTIONS: &str = "chronoshard_worker_executions_total";
 pub const EXECUTION_DURATION: &str = "chronoshard_worker_execution_seconds";
 pub const START_LATENESS: &str = "chronoshard_start_lateness_seconds";
+pub const MALFORMED_TICKETS: &str = "chronoshard_worker_malformed_tickets_total";
+pub const NOT_RUN_AGAIN: &str = "chronoshard_worker_not_run_again_total";
 pub const RETRIES: &str = "chronoshard_retries_total";
 pub const DEAD_LETTERS: &str = "chronoshard_dead_letters_total";
 pub const ATTEMPTS_LOST: &str = "chronoshard_attempts_lost_total";
@@ -142,6 +144,25 @@ pub static START_LATENESS_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
         "scheduled time to executor start",
         &["queue"],
         LATENESS_BUCKETS.to_vec()
+    )
+    .expect("metric")
+});
+
+/// Dispatch messages a worker could not read, by queue and by what it did with them.
+pub static MALFORMED_TICKETS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        MALFORMED_TICKETS,
+        "dispatch messages a worker could not read",
+        &["queue", "action"]
+    )
+    .expect("metric")
+});
+/// Deliveries a worker's journal kept it from running again, by queue and by what it had seen.
+pub static NOT_RUN_AGAIN_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        NOT_RUN_AGAIN,
+        "deliveries of attempts this worker had started before, not run again",
+        &["queue", "seen"]
     )
     .expect("metric")
 });

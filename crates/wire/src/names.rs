@@ -25,6 +25,10 @@ pub const HDR_TICKET_ID: &str = "Chronoshard-Ticket-Id";
 /// Header carrying the attempt number on dispatch messages.
 pub const HDR_ATTEMPT: &str = "Chronoshard-Attempt";
 
+/// Header carrying the shard on dispatch messages, so a worker can report on a message whose
+/// body it cannot read.
+pub const HDR_SHARD: &str = "Chronoshard-Shard";
+
 /// Headers a worker sends with an HTTP target (DESIGN.md §6).
 pub const HTTP_IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 pub const HTTP_JOB_ID: &str = "X-Chronoshard-Job-Id";

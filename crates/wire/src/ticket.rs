@@ -42,6 +42,11 @@ pub struct Ticket {
     pub priority: u8,
     /// W3C trace id (32 hex digits): the ticket id's bytes, so a trace is found from a ticket id.
     pub trace_id: String,
+    /// The last checkpoint an earlier attempt of this ticket recorded (a `progress` report's
+    /// `checkpoint`), so this attempt can resume instead of starting over. Absent when none was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub checkpoint: Option<serde_json::Value>,
 }
 
 impl Ticket {
@@ -110,9 +115,53 @@ pub struct TicketResult {
     /// another worker is not dropped as a copy of the first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery: Option<u64>,
+    /// What the execution printed (a shell command's stdout and stderr), cut to the worker's
+    /// limit; kept with the attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// With `failed`: retrying cannot help (a malformed ticket, a handler's permanent error), so
+    /// the ticket becomes a dead letter at once whatever attempts are left.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub permanent: bool,
+    /// With `progress` (or `failed`): the handler's progress so far, any JSON. The shard keeps the
+    /// last one per ticket and hands it to the next attempt as the ticket's `checkpoint`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub checkpoint: Option<serde_json::Value>,
 }
 
 impl TicketResult {
+    /// A report on the ticket's attempt with no optional field set.
+    pub fn new(t: &Ticket, kind: ResultKind, worker: &str, at: DateTime<Utc>) -> TicketResult {
+        TicketResult::about(t.ticket_id, t.attempt, t.shard, kind, worker, at)
+    }
+
+    /// A report on an attempt known by its ids only.
+    pub fn about(
+        ticket_id: Uuid,
+        attempt: u32,
+        shard: u32,
+        kind: ResultKind,
+        worker: &str,
+        at: DateTime<Utc>,
+    ) -> TicketResult {
+        TicketResult {
+            v: PROTOCOL_VERSION,
+            ticket_id,
+            attempt,
+            shard,
+            kind,
+            worker: worker.to_string(),
+            at,
+            error: None,
+            http_status: None,
+            delivery: None,
+            output: None,
+            permanent: false,
+            checkpoint: None,
+        }
+    }
+
     /// The `Nats-Msg-Id` that lets JetStream drop a re-sent result within its duplicate window.
     /// Progress reports repeat by design, so theirs carries the report's time; a start carries
     /// the delivery count.
@@ -230,6 +279,10 @@ pub struct AttemptView {
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_status: Option<u16>,
+    /// What the execution printed (a shell command's stdout and stderr), cut to the worker's
+    /// output limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
 }
 
 /// A ticket whose attempts are exhausted (`GET /v1/dlq`): it stays here until it is replayed.
@@ -263,5 +316,9 @@ pub struct TicketView {
     pub queue: String,
     pub status: RunStatus,
     pub trace_id: String,
+    /// The last checkpoint an attempt recorded; the next attempt receives it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub checkpoint: Option<serde_json::Value>,
     pub attempts: Vec<AttemptView>,
 }

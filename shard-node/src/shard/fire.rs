@@ -361,6 +361,7 @@ impl Shard {
                     timeout_ms: job.spec.timeout.as_millis() as u64,
                     priority: job.spec.priority,
                     trace_id: trace_id_of(ticket_id),
+                    checkpoint: None,
                 }
             })
             .collect()
@@ -399,6 +400,9 @@ impl Shard {
                             error: Some(reason.clone()),
                             http_status: None,
                             delivery: None,
+                            output: None,
+                            permanent: false,
+                            checkpoint: None,
                         };
                         let applied = self.store.apply_results(&[lost], now).await?;
                         if applied.changed > 0 {

@@ -319,6 +319,9 @@ impl Sweep {
             error: Some(reason.clone()),
             http_status: None,
             delivery: None,
+            output: None,
+            permanent: false,
+            checkpoint: None,
         };
         let msg = PublishMessage::build()
             .payload(Bytes::from(

@@ -447,7 +447,8 @@ impl Dispatcher {
             .payload(body)
             .message_id(msg_id(&o))
             .header(names::HDR_TICKET_ID, t.ticket_id.to_string().as_str())
-            .header(names::HDR_ATTEMPT, t.attempt.to_string().as_str());
+            .header(names::HDR_ATTEMPT, t.attempt.to_string().as_str())
+            .header(names::HDR_SHARD, t.shard.to_string().as_str());
         match self
             .ctx
             .cluster

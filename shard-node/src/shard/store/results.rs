@@ -126,10 +126,11 @@ impl Store {
     pub async fn replay(&self, ticket: Uuid, now: i64) -> Result<Replay> {
         let mut tx = self.write().await?;
         let tid = ticket.to_string();
-        let row = sqlx::query("SELECT attempt, body, dead_at FROM tickets WHERE id = $1")
-            .bind(&tid)
-            .fetch_optional(&mut *tx)
-            .await?;
+        let row =
+            sqlx::query("SELECT attempt, body, checkpoint, dead_at FROM tickets WHERE id = $1")
+                .bind(&tid)
+                .fetch_optional(&mut *tx)
+                .await?;
         let Some(row) = row else {
             return Ok(Replay::NotFound);
         };
@@ -137,8 +138,7 @@ impl Store {
             return Ok(Replay::NotDead);
         }
         let made: i64 = row.try_get("attempt")?;
-        let mut t = ticket_from_json(&row.try_get::<String, _>("body")?)?;
-        t.attempt = made as u32 + 1;
+        let t = next_attempt(&row, made as u32 + 1)?;
         sqlx::query(
             "UPDATE tickets SET attempt = $1, attempt_base = $2, status = 'dispatched', dead_at = NULL, \
              body = $3, updated_at = $4 WHERE id = $5",
@@ -185,6 +185,7 @@ async fn apply_one(tx: &mut Tx, r: &TicketResult, now: i64, out: &mut Applied) -
         // The watchdog compares these times with the shard's clock, so they are the shard's
         // (the time the report is applied), not the worker's, which may be off.
         ResultKind::Progress => {
+            save_checkpoint(tx, r).await?;
             sqlx::query(
                 "UPDATE attempts SET heartbeat_at = $1 \
                  WHERE ticket_id = $2 AND attempt = $3 AND finished_at IS NULL",
@@ -243,17 +244,19 @@ async fn apply_one(tx: &mut Tx, r: &TicketResult, now: i64, out: &mut Applied) -
             Ok(())
         }
         ResultKind::Succeeded | ResultKind::Failed => {
+            save_checkpoint(tx, r).await?;
             let status = r.kind.as_str();
             let n = sqlx::query(
                 "UPDATE attempts SET finished_at = $1, status = $2, worker = $3, error = $4, http_status = $5, \
-                 published_at = COALESCE(published_at, $6) \
-                 WHERE ticket_id = $7 AND attempt = $8 AND finished_at IS NULL",
+                 output = $6, published_at = COALESCE(published_at, $7) \
+                 WHERE ticket_id = $8 AND attempt = $9 AND finished_at IS NULL",
             )
             .bind(at)
             .bind(status)
             .bind(&r.worker)
             .bind(&r.error)
             .bind(r.http_status.map(i64::from))
+            .bind(&r.output)
             .bind(now)
             .bind(&tid)
             .bind(r.attempt as i64)
@@ -277,6 +280,34 @@ async fn apply_one(tx: &mut Tx, r: &TicketResult, now: i64, out: &mut Applied) -
     }
 }
 
+/// Keeps a report's checkpoint for the ticket's next attempt. Only the current attempt's count:
+/// a late report of an attempt given up on must not overwrite what its successor recorded.
+async fn save_checkpoint(tx: &mut Tx, r: &TicketResult) -> Result<()> {
+    let Some(checkpoint) = &r.checkpoint else {
+        return Ok(());
+    };
+    sqlx::query("UPDATE tickets SET checkpoint = $1 WHERE id = $2 AND attempt = $3")
+        .bind(checkpoint.to_string())
+        .bind(r.ticket_id.to_string())
+        .bind(r.attempt as i64)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// The ticket's body for its next attempt: the same ticket, the next attempt number, and the
+/// last checkpoint any attempt recorded.
+fn next_attempt(row: &sqlx::any::AnyRow, attempt: u32) -> Result<Ticket> {
+    let mut t = ticket_from_json(&row.try_get::<String, _>("body")?)?;
+    t.attempt = attempt;
+    t.checkpoint = row
+        .try_get::<Option<String>, _>("checkpoint")?
+        .map(|c| serde_json::from_str(&c))
+        .transpose()
+        .map_err(|e| StoreError::Corrupt(format!("checkpoint: {e}")))?;
+    Ok(t)
+}
+
 /// The ticket takes its current attempt's status.
 async fn follow_attempt(tx: &mut Tx, tid: &str, attempt: u32, now: i64) -> Result<()> {
     sqlx::query(
@@ -297,7 +328,7 @@ async fn follow_attempt(tx: &mut Tx, tid: &str, attempt: u32, now: i64) -> Resul
 async fn after_failure(tx: &mut Tx, r: &TicketResult, now: i64, out: &mut Applied) -> Result<()> {
     let tid = r.ticket_id.to_string();
     let row = sqlx::query(
-        "SELECT t.attempt, t.attempt_base, t.body, j.spec, j.state FROM tickets t \
+        "SELECT t.attempt, t.attempt_base, t.body, t.checkpoint, j.spec, j.state FROM tickets t \
          LEFT JOIN jobs j ON j.id = t.job_id WHERE t.id = $1",
     )
     .bind(&tid)
@@ -318,12 +349,11 @@ async fn after_failure(tx: &mut Tx, r: &TicketResult, now: i64, out: &mut Applie
     let made = (current - base).max(1) as u32;
     match (spec, state.as_deref()) {
         (Some(spec), Some(state)) if state != "deleted" => {
-            if retry::allows_another(&spec.retry, made) {
+            if !r.permanent && retry::allows_another(&spec.retry, made) {
                 let delay =
                     retry::delay(&spec.retry, made, retry::jitter_of(r.ticket_id, r.attempt));
                 let at = now + delay.as_millis() as i64;
-                let mut t = ticket_from_json(&row.try_get::<String, _>("body")?)?;
-                t.attempt = r.attempt + 1;
+                let t = next_attempt(&row, r.attempt + 1)?;
                 sqlx::query(
                     "INSERT INTO attempts (ticket_id, attempt, status, created_at, not_before) \
                      VALUES ($1, $2, 'retrying', $3, $4) ON CONFLICT DO NOTHING",

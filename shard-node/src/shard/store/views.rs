@@ -124,10 +124,11 @@ impl Store {
     /// One ticket with all its attempts.
     pub async fn ticket(&self, ticket_id: Uuid) -> Result<Option<TicketView>> {
         let tid = ticket_id.to_string();
-        let Some(row) = sqlx::query("SELECT body, status, epoch FROM tickets WHERE id = $1")
-            .bind(&tid)
-            .fetch_optional(&self.pool)
-            .await?
+        let Some(row) =
+            sqlx::query("SELECT body, status, epoch, checkpoint FROM tickets WHERE id = $1")
+                .bind(&tid)
+                .fetch_optional(&self.pool)
+                .await?
         else {
             return Ok(None);
         };
@@ -138,8 +139,8 @@ impl Store {
                 Ok(r.try_get::<Option<i64>, _>(c)?.map(from_millis))
             };
         let attempts = sqlx::query(
-            "SELECT attempt, status, created_at, published_at, started_at, finished_at, worker, error, http_status \
-             FROM attempts WHERE ticket_id = $1 ORDER BY attempt",
+            "SELECT attempt, status, created_at, published_at, started_at, finished_at, worker, error, http_status, \
+             output FROM attempts WHERE ticket_id = $1 ORDER BY attempt",
         )
         .bind(&tid)
         .fetch_all(&self.pool)
@@ -156,6 +157,7 @@ impl Store {
                 worker: r.try_get("worker")?,
                 error: r.try_get("error")?,
                 http_status: r.try_get::<Option<i64>, _>("http_status")?.map(|s| s as u16),
+                output: r.try_get("output")?,
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -170,6 +172,9 @@ impl Store {
             queue: t.queue,
             status: status_of(&row.try_get::<String, _>("status")?)?,
             trace_id: t.trace_id,
+            checkpoint: row
+                .try_get::<Option<String>, _>("checkpoint")?
+                .and_then(|c| serde_json::from_str(&c).ok()),
             attempts,
         }))
     }

@@ -96,6 +96,9 @@ fn report(t: &Ticket, attempt: u32, kind: ResultKind, at: i64) -> TicketResult {
         error: (kind == ResultKind::Failed).then(|| format!("boom {attempt}")),
         http_status: None,
         delivery: None,
+        output: None,
+        permanent: false,
+        checkpoint: None,
     }
 }
 
@@ -141,6 +144,7 @@ fn ticket(job: &JobRow, at: i64, epoch: u64) -> Ticket {
         timeout_ms: 1000,
         priority: 5,
         trace_id: chronoshard_wire::trace_id_of(id),
+        checkpoint: None,
     }
 }
 
@@ -289,6 +293,9 @@ async fn results_apply_once_and_move_the_run(db: TestDb) {
         error: None,
         http_status: Some(200),
         delivery: None,
+        output: None,
+        permanent: false,
+        checkpoint: None,
     };
     assert_eq!(
         s.apply_results(&[result(ResultKind::Started)], 1002)

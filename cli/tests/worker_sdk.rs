@@ -1,0 +1,249 @@
+//! Workers built with the SDK (`chronoshard_worker::Handlers`) against a dev platform: handlers
+//! by queue, a panicking handler, a permanent failure, checkpoints carried to the next attempt,
+//! malformed dispatch messages, and per-queue limits.
+
+mod common;
+
+use std::{
+    path::Path,
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+};
+
+use async_nats::{jetstream, HeaderMap};
+use chronoshard::dev::Platform;
+use chronoshard_wire::names;
+use chronoshard_worker::{Handlers, Job, JobError, Options, QueueLimits, Worker};
+use common::{worker::HandWorker, *};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+/// Starts an SDK worker on the platform's NATS; it stops when the returned token is cancelled.
+async fn sdk_worker(p: &Platform, dir: &Path, id: &str, handlers: Handlers) -> CancellationToken {
+    let mut opts = Options::new(id, dir);
+    opts.handlers = handlers;
+    let stop = CancellationToken::new();
+    let client = async_nats::connect(&p.nats_url).await.unwrap();
+    Worker::start(opts, client, stop.clone()).await.unwrap();
+    stop
+}
+
+fn job(name: &str, queue: &str, payload: Value, max_attempts: u32) -> Value {
+    json!({"tenant": "acme", "name": name, "schedule": {"delay": "0s"},
+           "target": {"type": "queue", "queue": queue}, "payload": payload,
+           "retry": {"max_attempts": max_attempts, "backoff": "fixed", "initial": "100ms"}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn handlers_by_queue_panics_permanent_failures_and_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = platform_with(dir.path(), |o| o.workers = 0).await;
+    let api = Api::new(&p);
+    let payloads = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = payloads.clone();
+    let handlers = Handlers::new()
+        .queue("greet", move |job: Job| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(job.payload().clone());
+                Ok(())
+            }
+        })
+        .queue("explode", |job: Job| async move {
+            if job.payload()["panic"] == true {
+                panic!("the handler blew up");
+            }
+            Ok(())
+        })
+        .queue("reject", |_job: Job| async move {
+            Err(JobError::permanent("the payload can never work"))
+        })
+        .queue("resume", |job: Job| async move {
+            // The first attempt gets halfway, saves how far, and fails; the next one resumes.
+            match job.checkpoint() {
+                None => {
+                    job.save_checkpoint(json!({"done": 50})).await?;
+                    Err(JobError::new("interrupted halfway"))
+                }
+                Some(c) if c["done"] == 50 => Ok(()),
+                Some(c) => Err(JobError::permanent(format!("unexpected checkpoint {c}"))),
+            }
+        });
+    let stop = sdk_worker(&p, dir.path(), "sdk-1", handlers).await;
+
+    let greet = api
+        .create(&job("greet", "greet", json!({"name": "ada"}), 1))
+        .await;
+    let t = api.ticket_of_run(&greet, "succeeded").await;
+    assert_eq!(t["attempts"][0]["worker"], "sdk-1", "{t}");
+    assert_eq!(*payloads.lock().unwrap(), vec![json!({"name": "ada"})]);
+
+    // A panic is a failed attempt with the panic's message; the worker goes on.
+    let boom = api
+        .create(&job("boom", "explode", json!({"panic": true}), 1))
+        .await;
+    let t = api.ticket_of_run(&boom, "dead").await;
+    let error = t["attempts"][0]["error"].as_str().unwrap();
+    assert_eq!(error, "handler panicked: the handler blew up", "{t}");
+    let calm = api
+        .create(&job("calm", "explode", json!({"panic": false}), 1))
+        .await;
+    api.ticket_of_run(&calm, "succeeded").await;
+
+    // A permanent failure is a dead letter after one attempt although five are allowed.
+    let rejected = api.create(&job("rejected", "reject", json!({}), 5)).await;
+    let t = api.ticket_of_run(&rejected, "dead").await;
+    assert_eq!(t["status"], "dead", "{t}");
+    assert_eq!(t["attempts"].as_array().unwrap().len(), 1, "{t}");
+    let (_, dlq) = api.get("/v1/dlq").await;
+    let letter = dlq["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["job_id"] == rejected.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("not in the dead letters: {dlq}"));
+    assert_eq!(letter["error"], "the payload can never work");
+
+    // The checkpoint of attempt 1 reaches attempt 2.
+    let resume = api.create(&job("resume", "resume", json!({}), 3)).await;
+    let t = api.ticket_of_run(&resume, "succeeded").await;
+    let attempts = t["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{t}");
+    assert_eq!(attempts[0]["error"], "interrupted halfway");
+    assert_eq!(attempts[1]["status"], "succeeded");
+    assert_eq!(t["checkpoint"], json!({"done": 50}), "{t}");
+
+    stop.cancel();
+    p.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_malformed_dispatch_message_is_dead_lettered_and_the_worker_stays_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = platform_with(dir.path(), |o| o.workers = 0).await;
+    let api = Api::new(&p);
+    let js = jetstream::new(async_nats::connect(&p.nats_url).await.unwrap());
+    let ran = Arc::new(AtomicUsize::new(0));
+    let count = ran.clone();
+    let handlers = Handlers::new().queue("mixed", move |_job: Job| {
+        let count = count.clone();
+        async move {
+            count.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    });
+
+    // A real ticket, taken off its queue by hand, whose message then arrives mangled on the
+    // worker's queue with the headers the shard sets.
+    let victim = api
+        .create(
+            &json!({"tenant": "acme", "name": "victim", "schedule": {"delay": "0s"},
+                    "target": {"type": "queue", "queue": "held"}}),
+        )
+        .await;
+    let mut hand = HandWorker::start(&p.nats_url, "held").await;
+    let t = hand.next_ticket(LONG).await;
+    let mut headers = HeaderMap::new();
+    headers.insert(names::HDR_TICKET_ID, t.ticket_id.to_string().as_str());
+    headers.insert(names::HDR_ATTEMPT, t.attempt.to_string().as_str());
+    headers.insert(names::HDR_SHARD, t.shard.to_string().as_str());
+    let subject = names::dispatch_subject("mixed");
+    js.publish_with_headers(
+        subject.clone(),
+        headers,
+        "{\"v\": 1, \"ticket_id\": ".into(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+    // And one that names nothing at all.
+    js.publish(subject, "not json".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let stop = sdk_worker(&p, dir.path(), "sdk-m", handlers).await;
+
+    let letter = wait_for("the mangled ticket to be a dead letter", LONG, || async {
+        let (_, page) = api.get("/v1/dlq").await;
+        page["items"]
+            .as_array()?
+            .iter()
+            .find(|l| l["job_id"] == victim.as_str())
+            .cloned()
+    })
+    .await
+    .unwrap();
+    let error = letter["error"].as_str().unwrap();
+    assert!(error.starts_with("malformed ticket: "), "{letter}");
+    let metric = "chronoshard_worker_malformed_tickets_total";
+    wait_for("both malformed messages counted", LONG, || async {
+        (api.metric_sum(metric).await == 2.0).then_some(())
+    })
+    .await
+    .unwrap();
+
+    // The worker is still up and runs the next real ticket.
+    let next = api
+        .create(
+            &json!({"tenant": "acme", "name": "next", "schedule": {"delay": "0s"},
+                    "target": {"type": "queue", "queue": "mixed"}}),
+        )
+        .await;
+    api.newest_run_succeeded(&next).await;
+    assert_eq!(ran.load(Ordering::SeqCst), 1, "only the real ticket ran");
+    stop.cancel();
+    p.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_queue_runs_no_more_than_its_concurrency_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = platform_with(dir.path(), |o| o.workers = 0).await;
+    let api = Api::new(&p);
+    let (now, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    // Handlers hold until the test has seen the queue full.
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (n, pk, g) = (now.clone(), peak.clone(), gate.clone());
+    let handlers = Handlers::new().queue_with(
+        "narrow",
+        move |_job: Job| {
+            let (n, pk, g) = (n.clone(), pk.clone(), g.clone());
+            async move {
+                let running = n.fetch_add(1, Ordering::SeqCst) + 1;
+                pk.fetch_max(running, Ordering::SeqCst);
+                let _pass = g.acquire().await;
+                n.fetch_sub(1, Ordering::SeqCst);
+                Ok(())
+            }
+        },
+        QueueLimits {
+            concurrency: 2,
+            rate_per_second: None,
+        },
+    );
+    let stop = sdk_worker(&p, dir.path(), "sdk-n", handlers).await;
+    let mut jobs = Vec::new();
+    for i in 0..8 {
+        jobs.push(
+            api.create(&job(&format!("narrow-{i}"), "narrow", json!({}), 1))
+                .await,
+        );
+    }
+    wait_for("two tickets running", LONG, || async {
+        (now.load(Ordering::SeqCst) == 2).then_some(())
+    })
+    .await
+    .unwrap();
+    gate.add_permits(100);
+    for j in &jobs {
+        api.newest_run_succeeded(j).await;
+    }
+    assert_eq!(peak.load(Ordering::SeqCst), 2, "never more than 2 at once");
+    stop.cancel();
+    p.stop().await.unwrap();
+}

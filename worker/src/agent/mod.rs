@@ -1,0 +1,319 @@
+//! The worker agent: one pull consumer per registered queue, fetching only as many tickets as
+//! the queue's concurrency and start rate allow, each run through `run::run_one`; a heartbeat in
+//! the cluster's worker registry; the drain on shutdown.
+//!
+//! It owns the worker's NATS traffic and its journal file. It never writes to a shard database
+//! and never decides retries: results go to the owning shard, which does.
+
+mod limit;
+mod report;
+mod run;
+
+use std::{
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicU32, Ordering},
+        Arc,
+    },
+    time::Duration,
+};
+
+use async_nats::jetstream::{
+    consumer::{pull, AckPolicy, PullConsumer},
+    AckKind,
+};
+use chronoshard_cluster::{Cluster, HEARTBEAT_EVERY};
+use chronoshard_wire::{names, rpc::WorkerInfo};
+use futures::StreamExt;
+use tokio::{sync::Semaphore, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn, Instrument};
+
+pub(crate) use report::Reporter;
+
+pub use limit::TokenBucket;
+
+use crate::{
+    handler::{Handlers, Registered},
+    journal::Journal,
+};
+
+/// Redelivery delay of an unacknowledged ticket; a running ticket extends it with progress acks
+/// every third of it, so only a worker that died lets its tickets go to another.
+pub const ACK_WAIT: Duration = Duration::from_secs(30);
+
+/// The most tickets one fetch asks for.
+const MAX_FETCH: usize = 256;
+/// How long one fetch waits for tickets before asking again.
+const FETCH_EXPIRES: Duration = Duration::from_secs(5);
+
+/// How to run a worker.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub worker_id: String,
+    /// What executes each queue; the queues consumed are the ones registered here.
+    pub handlers: Handlers,
+    /// The ticket journal file (`<data dir>/<worker id>.journal` by convention).
+    pub journal: PathBuf,
+    /// How long in-flight tickets may finish after shutdown is requested; then their handlers
+    /// are told to stop and their deliveries go back to JetStream for another worker.
+    pub drain_grace: Duration,
+    /// The consumers' ack wait (see `ACK_WAIT`); tests shorten it.
+    pub ack_wait: Duration,
+}
+
+impl Options {
+    pub fn new(worker_id: impl Into<String>, data_dir: impl Into<PathBuf>) -> Options {
+        let worker_id = worker_id.into();
+        let journal = data_dir.into().join(format!("{worker_id}.journal"));
+        Options {
+            worker_id,
+            handlers: Handlers::new(),
+            journal,
+            drain_grace: Duration::from_secs(10),
+            ack_wait: ACK_WAIT,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cluster state: {0}")]
+    Cluster(#[from] chronoshard_cluster::Error),
+    #[error("{what}: {reason}")]
+    Nats { what: &'static str, reason: String },
+    #[error(transparent)]
+    Journal(#[from] crate::journal::JournalError),
+    #[error("worker {0} has no handler registered: nothing to consume")]
+    NoQueues(String),
+}
+
+/// What every delivery of one queue shares.
+#[derive(Clone)]
+pub(crate) struct Ctx {
+    reporter: Reporter,
+    journal: Journal,
+    queue: String,
+    ack_wait: Duration,
+    /// Fires when the drain grace is over: running handlers are told to stop.
+    hard_stop: CancellationToken,
+}
+
+pub struct Worker;
+
+impl Worker {
+    /// Starts consuming; runs until `shutdown` fires, then drains: no new fetches, in-flight
+    /// tickets finish and report within the drain grace, the rest go back to JetStream.
+    pub async fn start(
+        opts: Options,
+        client: async_nats::Client,
+        shutdown: CancellationToken,
+    ) -> Result<JoinHandle<()>, Error> {
+        if opts.handlers.queues().is_empty() {
+            return Err(Error::NoQueues(opts.worker_id));
+        }
+        let journal = Journal::open(&opts.journal)?;
+        let cluster = Cluster::connect(client).await?;
+        let reporter = Reporter::new(cluster.js.clone(), &opts.worker_id);
+        send_unreported(&journal, &reporter).await;
+        let stream = cluster
+            .js
+            .get_stream(names::DISPATCH_STREAM)
+            .await
+            .map_err(|e| nats_error("dispatch stream", e))?;
+        let hard_stop = CancellationToken::new();
+        let in_flight = Arc::new(AtomicU32::new(0));
+        let mut queues = Vec::new();
+        for (queue, reg) in opts.handlers.iter() {
+            let consumer: PullConsumer = stream
+                .get_or_create_consumer(
+                    &names::worker_consumer(queue),
+                    pull::Config {
+                        durable_name: Some(names::worker_consumer(queue)),
+                        filter_subject: names::dispatch_subject(queue),
+                        ack_policy: AckPolicy::Explicit,
+                        ack_wait: opts.ack_wait,
+                        max_ack_pending: 10_000,
+                        ..Default::default()
+                    },
+                )
+                .await
+                .map_err(|e| nats_error("worker consumer", e))?;
+            let ctx = Ctx {
+                reporter: reporter.clone(),
+                journal: journal.clone(),
+                queue: queue.clone(),
+                ack_wait: opts.ack_wait,
+                hard_stop: hard_stop.clone(),
+            };
+            let permits = Arc::new(Semaphore::new(reg.limits.concurrency.max(1)));
+            queues.push((permits.clone(), reg.limits.concurrency.max(1)));
+            // Ends by itself on shutdown; in-flight work is tracked by the permits.
+            tokio::spawn(consume(
+                ctx,
+                reg.clone(),
+                consumer,
+                permits,
+                in_flight.clone(),
+                shutdown.clone(),
+            ));
+        }
+        let span = tracing::info_span!("worker", worker_id = %opts.worker_id);
+        let queue_names = opts.handlers.queues();
+        Ok(tokio::spawn(
+            async move {
+                let mut beat = tokio::time::interval(HEARTBEAT_EVERY);
+                loop {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        _ = beat.tick() => {
+                            let info = WorkerInfo {
+                                worker_id: opts.worker_id.clone(),
+                                queues: queue_names.clone(),
+                                heartbeat_at: chrono::Utc::now(),
+                                in_flight: in_flight.load(Ordering::Relaxed),
+                            };
+                            if let Err(e) = cluster.heartbeat_worker(&info).await {
+                                warn!(error = %e, "worker heartbeat failed");
+                            }
+                        }
+                    }
+                }
+                info!(
+                    in_flight = in_flight.load(Ordering::Relaxed),
+                    "worker draining"
+                );
+                let drained = async {
+                    for (permits, all) in &queues {
+                        // Every permit back means every in-flight ticket of the queue reported.
+                        let _ = permits.acquire_many(*all as u32).await;
+                    }
+                };
+                if tokio::time::timeout(opts.drain_grace, drained)
+                    .await
+                    .is_err()
+                {
+                    warn!(
+                        in_flight = in_flight.load(Ordering::Relaxed),
+                        "drain grace over: unfinished tickets go back to JetStream"
+                    );
+                    hard_stop.cancel();
+                    for (permits, all) in &queues {
+                        let _ = permits.acquire_many(*all as u32).await;
+                    }
+                }
+                let _ = cluster.forget_worker(&opts.worker_id).await;
+                info!("worker stopped");
+            }
+            .instrument(span),
+        ))
+    }
+}
+
+fn nats_error(what: &'static str, e: impl std::fmt::Display) -> Error {
+    Error::Nats {
+        what,
+        reason: e.to_string(),
+    }
+}
+
+/// Sends the results the journal holds that were never stored (the worker stopped between
+/// finishing an attempt and its report being acknowledged).
+async fn send_unreported(journal: &Journal, reporter: &Reporter) {
+    for u in journal.unreported() {
+        let r = reporter.final_report(u.ticket_id, u.attempt, u.shard, &u.outcome);
+        match reporter.store(&r).await {
+            Ok(()) => {
+                info!(ticket_id = %u.ticket_id, attempt = u.attempt, "journalled result sent after restart");
+                let _ = journal.reported(u.ticket_id, u.attempt);
+            }
+            Err(e) => warn!(ticket_id = %u.ticket_id, error = %e, "journalled result not sent"),
+        }
+    }
+}
+
+/// Fetches tickets of one queue while permits (concurrency) and tokens (start rate) allow, and
+/// starts each in its own task holding one permit.
+async fn consume(
+    ctx: Ctx,
+    reg: Registered,
+    consumer: PullConsumer,
+    permits: Arc<Semaphore>,
+    in_flight: Arc<AtomicU32>,
+    shutdown: CancellationToken,
+) {
+    let mut rate = reg
+        .limits
+        .rate_per_second
+        .map(|r| TokenBucket::new(r, tokio::time::Instant::now()));
+    loop {
+        let first = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+        };
+        let mut held = vec![first];
+        while held.len() < MAX_FETCH {
+            match permits.clone().try_acquire_owned() {
+                Ok(p) => held.push(p),
+                Err(_) => break,
+            }
+        }
+        if let Some(bucket) = &mut rate {
+            let n = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                n = bucket.acquire(held.len()) => n,
+            };
+            held.truncate(n);
+        }
+        let batch = consumer
+            .fetch()
+            .max_messages(held.len())
+            .expires(FETCH_EXPIRES)
+            .messages()
+            .await;
+        let mut batch = match batch {
+            Ok(b) => b,
+            Err(e) => {
+                warn!(queue = %ctx.queue, error = %e, "fetch failed; retrying");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    // Pause before asking a failing server again.
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                }
+            }
+        };
+        loop {
+            let msg = tokio::select! {
+                _ = shutdown.cancelled() => return hand_back(batch).await,
+                m = batch.next() => match m {
+                    Some(Ok(m)) => m,
+                    Some(Err(e)) => { warn!(queue = %ctx.queue, error = %e, "fetch ended"); break }
+                    None => break,
+                },
+            };
+            let Some(permit) = held.pop() else {
+                // More than asked for cannot come; hand it back rather than overrun the limit.
+                let _ = msg.ack_with(AckKind::Nak(None)).await;
+                continue;
+            };
+            let (ctx, reg, in_flight) = (ctx.clone(), reg.clone(), in_flight.clone());
+            in_flight.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(async move {
+                run::run_one(&ctx, &reg, msg).await;
+                in_flight.fetch_sub(1, Ordering::Relaxed);
+                drop(permit);
+            });
+        }
+    }
+}
+
+/// Hands back tickets a fetch brought that this worker will not start, so another worker gets
+/// them now instead of after the ack wait.
+async fn hand_back(mut batch: pull::Batch) {
+    let until = tokio::time::Instant::now() + Duration::from_millis(300);
+    while let Ok(Some(m)) = tokio::time::timeout_at(until, batch.next()).await {
+        if let Ok(m) = m {
+            let _ = m.ack_with(AckKind::Nak(None)).await;
+        }
+    }
+}

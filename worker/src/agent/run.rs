@@ -1,0 +1,242 @@
+//! One delivery, start to ack: read the ticket, ask the journal, run the handler with progress
+//! reports and its time limit, journal and report the outcome, then acknowledge the delivery.
+//! A message that is not a ticket is dead-lettered through its shard when its headers say which
+//! ticket it was, else terminated; it never stops the worker.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{AckKind, Message};
+use chronoshard_telemetry::metrics;
+use chronoshard_wire::{names, ResultKind, Ticket, TicketResult, PROTOCOL_VERSION};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn, Instrument};
+
+use super::Ctx;
+use crate::{
+    executor::Outcome,
+    handler::{time_limit, Job, Registered},
+    journal::Seen,
+};
+
+/// How long a handler told to stop (timeout, drain) may take to return before it is abandoned.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Handles one delivery. Returns when the delivery is acknowledged or handed back.
+pub(super) async fn run_one(ctx: &Ctx, reg: &Registered, msg: Message) {
+    let ticket = match read_ticket(&msg) {
+        Ok(t) => t,
+        Err(reason) => return malformed(ctx, msg, reason).await,
+    };
+    let span =
+        tracing::info_span!("ticket", ticket_id = %ticket.ticket_id, attempt = ticket.attempt);
+    async {
+        let seen = match ctx.journal.begin(&ticket) {
+            Ok(seen) => seen,
+            Err(e) => {
+                // Running a ticket the journal cannot record would break the promise not to
+                // run it twice; hand it back instead.
+                warn!(error = %e, "ticket journal unusable; delivery handed back");
+                let _ = msg
+                    .ack_with(AckKind::Nak(Some(Duration::from_secs(5))))
+                    .await;
+                return;
+            }
+        };
+        let outcome = match seen {
+            Seen::New => match execute(ctx, reg, &ticket, &msg).await {
+                Some(o) => o,
+                None => {
+                    // The worker stops and the handler gave up: another worker may run it.
+                    let _ = ctx.journal.release(&ticket);
+                    let _ = msg.ack_with(AckKind::Nak(None)).await;
+                    return;
+                }
+            },
+            Seen::Interrupted => {
+                not_run_again(ctx, "interrupted");
+                Outcome::failed(format!(
+                    "interrupted: worker {} stopped while running this attempt; it does not \
+                     run an attempt twice",
+                    ctx.reporter.worker_id()
+                ))
+            }
+            Seen::Finished(o) => {
+                not_run_again(ctx, "finished");
+                o
+            }
+        };
+        if let Err(e) = ctx.journal.finish(&ticket, &outcome) {
+            warn!(error = %e, "outcome not journalled");
+        }
+        match ctx.reporter.finish(&ticket, &outcome).await {
+            Ok(()) => {
+                let _ = ctx.journal.reported(ticket.ticket_id, ticket.attempt);
+                let _ = msg.ack().await;
+            }
+            Err(e) => {
+                // The journal has the outcome: the redelivery sends it instead of running again.
+                warn!(error = %e, "result could not be stored; the ticket will be delivered again");
+                let _ = msg
+                    .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                    .await;
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+fn not_run_again(ctx: &Ctx, seen: &str) {
+    info!(
+        seen,
+        "delivery of an attempt this worker started before: not run again"
+    );
+    metrics::NOT_RUN_AGAIN_TOTAL
+        .with_label_values(&[ctx.queue.as_str(), seen])
+        .inc();
+}
+
+fn read_ticket(msg: &Message) -> Result<Ticket, String> {
+    let t: Ticket = serde_json::from_slice(&msg.payload).map_err(|e| e.to_string())?;
+    if t.v > PROTOCOL_VERSION {
+        return Err(format!(
+            "protocol version {} is newer than this worker's {PROTOCOL_VERSION}",
+            t.v
+        ));
+    }
+    Ok(t)
+}
+
+/// Runs the handler: reports `started`, sends progress every third of the ack wait, stops it at
+/// its time limit. `None` when the worker's drain grace ran out first.
+async fn execute(ctx: &Ctx, reg: &Registered, ticket: &Ticket, msg: &Message) -> Option<Outcome> {
+    let started = chrono::Utc::now();
+    let late = (started - ticket.scheduled_at)
+        .num_microseconds()
+        .unwrap_or(0)
+        .max(0) as f64
+        / 1e6;
+    metrics::START_LATENESS_SECONDS
+        .with_label_values(&[&ctx.queue])
+        .observe(late);
+    let mut start = ctx.reporter.result(ticket, ResultKind::Started);
+    start.delivery = msg.info().ok().map(|i| i.delivered as u64);
+    let _ = ctx.reporter.send(&start).await;
+
+    let cancel = CancellationToken::new();
+    let job = Job::new(ticket.clone(), cancel.clone(), ctx.reporter.clone());
+    // Its own task, so a panicking handler is a failed attempt and not a dead worker.
+    let mut task = tokio::spawn(reg.handler.call(job));
+    let limit = tokio::time::sleep(time_limit(ticket));
+    tokio::pin!(limit);
+    let mut beat = tokio::time::interval(ctx.ack_wait / 3);
+    beat.reset();
+    let timer = std::time::Instant::now();
+    let outcome = loop {
+        tokio::select! {
+            done = &mut task => break joined(done),
+            _ = &mut limit => {
+                cancel.cancel();
+                let stopped = tokio::time::timeout(STOP_GRACE, &mut task).await;
+                task.abort();
+                let mut o = Outcome::failed(format!("timed out after {} ms", ticket.timeout_ms));
+                // An executor that stopped itself on the token may say more (its output).
+                if let Ok(Ok(own)) = stopped {
+                    o.output = own.output;
+                }
+                break o;
+            }
+            _ = ctx.hard_stop.cancelled() => {
+                cancel.cancel();
+                let _ = tokio::time::timeout(STOP_GRACE, &mut task).await;
+                task.abort();
+                return None;
+            }
+            _ = beat.tick() => {
+                let _ = msg.ack_with(AckKind::Progress).await;
+                // Not awaited: a lost progress report only shortens the watchdog's patience.
+                let _ = ctx.reporter.send(&ctx.reporter.progress(ticket)).await;
+            }
+        }
+    };
+    metrics::EXECUTION_SECONDS
+        .with_label_values(&[&ctx.queue])
+        .observe(timer.elapsed().as_secs_f64());
+    metrics::EXECUTIONS_TOTAL
+        .with_label_values(&[
+            ctx.queue.as_str(),
+            if outcome.ok { "succeeded" } else { "failed" },
+        ])
+        .inc();
+    Some(outcome)
+}
+
+fn joined(done: Result<Outcome, tokio::task::JoinError>) -> Outcome {
+    match done {
+        Ok(o) => o,
+        Err(e) if e.is_panic() => {
+            let p = e.into_panic();
+            let what = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a non-text payload".into());
+            Outcome::failed(format!("handler panicked: {what}"))
+        }
+        Err(e) => Outcome::failed(format!("handler stopped: {e}")),
+    }
+}
+
+/// A message that is not a readable ticket. Retrying it cannot help, so when its headers name
+/// the ticket, attempt and shard it is failed permanently (the shard dead-letters it with the
+/// reason); otherwise nothing can record it and it is terminated. Counted either way.
+async fn malformed(ctx: &Ctx, msg: Message, reason: String) {
+    let header = |name: &str| {
+        msg.headers
+            .as_ref()
+            .and_then(|h| h.get(name))
+            .map(|v| v.as_str().to_string())
+    };
+    let named = (|| {
+        Some((
+            header(names::HDR_TICKET_ID)?.parse().ok()?,
+            header(names::HDR_ATTEMPT)?.parse().ok()?,
+            header(names::HDR_SHARD)?.parse().ok()?,
+        ))
+    })();
+    let seq = msg.info().map(|i| i.stream_sequence).unwrap_or(0);
+    let error = format!("malformed ticket: {reason}");
+    if let Some((ticket_id, attempt, shard)) = named {
+        let mut r = TicketResult::about(
+            ticket_id,
+            attempt,
+            shard,
+            ResultKind::Failed,
+            ctx.reporter.worker_id(),
+            chrono::Utc::now(),
+        );
+        r.error = Some(error);
+        r.permanent = true;
+        match ctx.reporter.store_retrying(&r).await {
+            Ok(()) => {
+                warn!(%ticket_id, attempt, shard, seq, %reason, "malformed ticket dead-lettered");
+                metrics::MALFORMED_TICKETS_TOTAL
+                    .with_label_values(&[ctx.queue.as_str(), "dead_lettered"])
+                    .inc();
+                let _ = msg.ack_with(AckKind::Term).await;
+            }
+            Err(e) => {
+                warn!(error = %e, "malformed ticket: result not stored; delivery handed back");
+                let _ = msg
+                    .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                    .await;
+            }
+        }
+        return;
+    }
+    warn!(subject = %msg.subject, seq, %reason, "malformed message terminated: no ticket headers");
+    metrics::MALFORMED_TICKETS_TOTAL
+        .with_label_values(&[ctx.queue.as_str(), "terminated"])
+        .inc();
+    let _ = msg.ack_with(AckKind::Term).await;
+}

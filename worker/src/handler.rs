@@ -1,0 +1,217 @@
+//! The SDK: what a program registers to execute tickets of a queue, and what a handler gets.
+//!
+//! A handler receives a [`Job`] (the ticket, its payload, the checkpoint an earlier attempt left,
+//! a cancellation token) and returns `Ok(())` or a [`JobError`]. It never acknowledges, reports or
+//! journals anything itself: the agent (`crate::agent`) does, so every handler gets the delivery
+//! guarantees of docs/protocol.md for free. Built-in executors (http, shell) are handlers too.
+//!
+//! ```no_run
+//! use chronoshard_worker::{Handlers, Job, JobError};
+//!
+//! let handlers = Handlers::new().queue("emails", |job: Job| async move {
+//!     let to = job.payload()["to"].as_str().ok_or(JobError::permanent("no `to`"))?;
+//!     let sent_so_far = job.checkpoint().and_then(|c| c["sent"].as_u64()).unwrap_or(0);
+//!     // ... send, and now and then:
+//!     job.save_checkpoint(serde_json::json!({"sent": sent_so_far + 1})).await?;
+//!     let _ = to;
+//!     Ok(())
+//! });
+//! ```
+
+use std::{collections::BTreeMap, fmt, future::Future, pin::Pin, sync::Arc, time::Duration};
+
+use chronoshard_wire::Ticket;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::{agent::Reporter, executor::Outcome};
+
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// Executes tickets. Implemented for every `Fn(Job) -> impl Future<Output = Result<(), JobError>>`;
+/// built-in executors implement it directly to return richer outcomes (HTTP status, output).
+pub trait Handler: Send + Sync + 'static {
+    fn call(&self, job: Job) -> BoxFuture<Outcome>;
+}
+
+impl<F, Fut> Handler for F
+where
+    F: Fn(Job) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), JobError>> + Send + 'static,
+{
+    fn call(&self, job: Job) -> BoxFuture<Outcome> {
+        let fut = self(job);
+        Box::pin(async move {
+            match fut.await {
+                Ok(()) => Outcome::succeeded(),
+                Err(e) => Outcome {
+                    permanent: e.permanent,
+                    ..Outcome::failed(e.message)
+                },
+            }
+        })
+    }
+}
+
+/// Why a handler failed. Any `std::error::Error` converts into a retryable one, so `?` works;
+/// [`JobError::permanent`] marks a failure that retrying cannot fix (the ticket becomes a dead
+/// letter at once).
+#[derive(Debug)]
+pub struct JobError {
+    message: String,
+    permanent: bool,
+}
+
+impl JobError {
+    /// A failure the job's retry policy applies to.
+    pub fn new(message: impl Into<String>) -> JobError {
+        JobError {
+            message: message.into(),
+            permanent: false,
+        }
+    }
+
+    /// A failure no retry can fix: the ticket goes to the dead letters now.
+    pub fn permanent(message: impl Into<String>) -> JobError {
+        JobError {
+            message: message.into(),
+            permanent: true,
+        }
+    }
+}
+
+impl fmt::Display for JobError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl<E: std::error::Error> From<E> for JobError {
+    fn from(e: E) -> JobError {
+        JobError::new(e.to_string())
+    }
+}
+
+/// One attempt of one ticket, as a handler sees it.
+pub struct Job {
+    ticket: Ticket,
+    cancel: CancellationToken,
+    reporter: Reporter,
+}
+
+impl Job {
+    pub(crate) fn new(ticket: Ticket, cancel: CancellationToken, reporter: Reporter) -> Job {
+        Job {
+            ticket,
+            cancel,
+            reporter,
+        }
+    }
+
+    pub fn ticket(&self) -> &Ticket {
+        &self.ticket
+    }
+
+    /// The job's payload (`null` when it has none).
+    pub fn payload(&self) -> &Value {
+        &self.ticket.payload
+    }
+
+    /// The last checkpoint an earlier attempt of this ticket saved, to resume from.
+    pub fn checkpoint(&self) -> Option<&Value> {
+        self.ticket.checkpoint.as_ref()
+    }
+
+    /// Fires when the attempt should stop: its `timeout_ms` passed, or the worker's drain grace
+    /// ran out. The agent reports the attempt failed then, whatever the handler returns later.
+    pub fn cancelled(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Records progress: stored by the shard when this returns `Ok`, and handed to the next
+    /// attempt of this ticket (as `Job::checkpoint`) if this one fails or its worker dies.
+    pub async fn save_checkpoint(&self, checkpoint: Value) -> Result<(), JobError> {
+        self.reporter
+            .checkpoint(&self.ticket, checkpoint)
+            .await
+            .map_err(|e| JobError::new(format!("checkpoint not stored: {e}")))
+    }
+}
+
+/// How many tickets of one queue run at once, and how many start per second.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct QueueLimits {
+    pub concurrency: usize,
+    /// Tickets started per second at most (`None`: no limit). A dispatch peak then waits in
+    /// JetStream instead of flooding what the handler calls.
+    pub rate_per_second: Option<f64>,
+}
+
+impl Default for QueueLimits {
+    fn default() -> QueueLimits {
+        QueueLimits {
+            concurrency: 64,
+            rate_per_second: None,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub(crate) struct Registered {
+    pub handler: Arc<dyn Handler>,
+    pub limits: QueueLimits,
+}
+
+/// The handlers of a worker, one per queue.
+#[derive(Clone, Default)]
+pub struct Handlers {
+    by_queue: BTreeMap<String, Registered>,
+}
+
+impl fmt::Debug for Handlers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let limits: BTreeMap<_, _> = self.by_queue.iter().map(|(q, r)| (q, r.limits)).collect();
+        f.debug_struct("Handlers").field("queues", &limits).finish()
+    }
+}
+
+impl Handlers {
+    pub fn new() -> Handlers {
+        Handlers::default()
+    }
+
+    /// Executes tickets of `queue` (a job with target `{"type": "queue", "queue": ...}`) with
+    /// the default limits. A second registration for a queue replaces the first.
+    pub fn queue(self, queue: impl Into<String>, handler: impl Handler) -> Handlers {
+        self.queue_with(queue, handler, QueueLimits::default())
+    }
+
+    pub fn queue_with(
+        mut self,
+        queue: impl Into<String>,
+        handler: impl Handler,
+        limits: QueueLimits,
+    ) -> Handlers {
+        self.by_queue.insert(
+            queue.into(),
+            Registered {
+                handler: Arc::new(handler),
+                limits,
+            },
+        );
+        self
+    }
+
+    pub fn queues(&self) -> Vec<String> {
+        self.by_queue.keys().cloned().collect()
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&String, &Registered)> {
+        self.by_queue.iter()
+    }
+}
+
+/// The time an attempt may run: its `timeout_ms`, at least 1 ms.
+pub(crate) fn time_limit(t: &Ticket) -> Duration {
+    Duration::from_millis(t.timeout_ms.max(1))
+}
