@@ -6,7 +6,7 @@
 mod common;
 
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     process::{Child, Command, Stdio},
     time::Duration,
 };
@@ -89,19 +89,18 @@ fn path_str(p: &Path) -> String {
     p.to_str().unwrap().to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_worker_killed_mid_run_does_not_run_the_attempt_again_after_its_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = platform_with(dir.path(), |o| o.workers = 0).await;
+const SHELL: [&str; 3] = ["--shell", "--shell-allow", "sh"];
+
+/// A platform with no workers of its own, and worker `w-a` (data under `dir/w`) killed with
+/// `kill -9` while it runs attempt 1 of a shell job whose every execution appends its attempt
+/// number to `dir/runs` (the command it left behind is ended too).
+async fn killed_mid_run(dir: &Path) -> (Platform, Api, String) {
+    let p = platform_with(dir, |o| o.workers = 0).await;
     let api = Api::new(&p);
-    let data = dir.path().join("w");
+    let data = dir.join("w");
     std::fs::create_dir_all(&data).unwrap();
-    let runs: PathBuf = dir.path().join("runs");
-    let pid = dir.path().join("pid");
-    let args = ["--shell", "--shell-allow", "sh"];
-    let mut worker = WorkerProcess::start(&p, &data, "w-a", &args);
-    // Each execution appends its attempt; the first one then waits (as `sleep`, whose pid the
-    // test keeps to end it, since a killed worker leaves its command behind).
+    let (runs, pid) = (dir.join("runs"), dir.join("pid"));
+    let mut a = WorkerProcess::start(&p, &data, "w-a", &SHELL);
     let script = format!(
         "echo $CHRONOSHARD_ATTEMPT >> {runs}; if [ $CHRONOSHARD_ATTEMPT = 1 ]; then echo $$ > {pid}; exec sleep 600; fi",
         runs = path_str(&runs),
@@ -109,14 +108,20 @@ async fn a_worker_killed_mid_run_does_not_run_the_attempt_again_after_its_restar
     );
     let job = api.create(&shell_job("long", &script, json!({}))).await;
     assert_eq!(file_text(&runs, "attempt 1 to start").await, "1\n");
-    worker.signal(Signal::SIGKILL);
-    worker.exited(LONG).await;
+    a.signal(Signal::SIGKILL);
+    a.exited(LONG).await;
     let sleeper: i32 = file_text(&pid, "the pid").await.trim().parse().unwrap();
     let _ = kill(Pid::from_raw(sleeper), Signal::SIGKILL);
+    (p, api, job)
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_killed_mid_run_does_not_run_the_attempt_again_after_its_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p, api, job) = killed_mid_run(dir.path()).await;
     // Restarted on the same journal, it gets the delivery again after the ack wait (30 s): it
     // reports the attempt interrupted instead of running it, and the retry runs.
-    let _worker = WorkerProcess::start(&p, &data, "w-a", &args);
+    let _worker = WorkerProcess::start(&p, &dir.path().join("w"), "w-a", &SHELL);
     let t = api.ticket_of_run(&job, "succeeded").await;
     let attempts = t["attempts"].as_array().unwrap();
     assert_eq!(attempts.len(), 2, "{t}");
@@ -129,11 +134,33 @@ async fn a_worker_killed_mid_run_does_not_run_the_attempt_again_after_its_restar
     );
     assert_eq!(attempts[1]["status"], "succeeded", "{t}");
     assert_eq!(attempts[1]["worker"], "w-a", "{t}");
+    let runs = std::fs::read_to_string(dir.path().join("runs")).unwrap();
+    assert_eq!(runs, "1\n2\n", "each attempt ran once");
+    p.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn another_worker_takes_over_from_one_killed_mid_run_and_the_run_shows_both_attempts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p, api, job) = killed_mid_run(dir.path()).await;
+    // w-b starts after w-a took the ticket, so only a redelivery can bring it to w-b. After the
+    // ack wait (30 s) it does; the shard says w-a started the attempt and never finished it, so
+    // w-b reports it lost instead of running it, and the retry runs on w-b.
+    let _b = WorkerProcess::start(&p, &dir.path().join("w"), "w-b", &SHELL);
+    let t = api.ticket_of_run(&job, "succeeded").await;
+    let attempts = t["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 2, "{t}");
     assert_eq!(
-        std::fs::read_to_string(&runs).unwrap(),
-        "1\n2\n",
-        "each attempt ran once"
+        attempts[0]["error"],
+        "lost: worker w-a stopped while running this attempt (delivered again to w-b)",
+        "{t}"
     );
+    assert_eq!(attempts[1]["status"], "succeeded", "{t}");
+    assert_eq!(attempts[1]["worker"], "w-b", "{t}");
+    let (_, runs_page) = api.get(&format!("/v1/jobs/{job}/runs")).await;
+    assert_eq!(runs_page["runs"][0]["attempts"], 2, "{runs_page}");
+    let runs = std::fs::read_to_string(dir.path().join("runs")).unwrap();
+    assert_eq!(runs, "1\n2\n", "each attempt ran once");
     p.stop().await.unwrap();
 }
 
@@ -152,7 +179,7 @@ async fn sigterm_drains_a_worker_finished_work_reports_and_unfinished_work_moves
         &p,
         &data,
         "w-drain",
-        &["--shell", "--shell-allow", "sh", "--drain-grace", "60s"],
+        &[&SHELL[..], &["--drain-grace", "60s"]].concat(),
     );
     let script = format!(
         "echo x > {began}; while [ ! -e {go} ]; do sleep 0.05; done; echo finished",
@@ -184,7 +211,7 @@ async fn sigterm_drains_a_worker_finished_work_reports_and_unfinished_work_moves
         &p,
         &data,
         "w-short",
-        &["--shell", "--shell-allow", "sh", "--drain-grace", "1s"],
+        &[&SHELL[..], &["--drain-grace", "1s"]].concat(),
     );
     let script = format!(
         "if [ -e {m} ]; then echo second; exit 0; fi; echo x > {m}; exec sleep 600",
@@ -196,7 +223,7 @@ async fn sigterm_drains_a_worker_finished_work_reports_and_unfinished_work_moves
     file_text(&marker, "the command to begin").await;
     b.signal(Signal::SIGTERM);
     assert_eq!(b.exited(LONG).await, Some(0));
-    let _c = WorkerProcess::start(&p, &data, "w-next", &["--shell", "--shell-allow", "sh"]);
+    let _c = WorkerProcess::start(&p, &data, "w-next", &SHELL);
     let t = api.ticket_of_run(&job, "succeeded").await;
     let attempts = t["attempts"].as_array().unwrap();
     assert_eq!(

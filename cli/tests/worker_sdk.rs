@@ -18,16 +18,23 @@ use chronoshard_wire::names;
 use chronoshard_worker::{Handlers, Job, JobError, Options, QueueLimits, Worker};
 use common::{worker::HandWorker, *};
 use serde_json::{json, Value};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-/// Starts an SDK worker on the platform's NATS; it stops when the returned token is cancelled.
-async fn sdk_worker(p: &Platform, dir: &Path, id: &str, handlers: Handlers) -> CancellationToken {
+/// Starts an SDK worker on the platform's NATS; it stops when the returned token is cancelled
+/// (or it is drained), and the returned task ends when it has.
+async fn sdk_worker(
+    p: &Platform,
+    dir: &Path,
+    id: &str,
+    handlers: Handlers,
+) -> (CancellationToken, JoinHandle<()>) {
     let mut opts = Options::new(id, dir);
     opts.handlers = handlers;
     let stop = CancellationToken::new();
     let client = async_nats::connect(&p.nats_url).await.unwrap();
-    Worker::start(opts, client, stop.clone()).await.unwrap();
-    stop
+    let task = Worker::start(opts, client, stop.clone()).await.unwrap();
+    (stop, task)
 }
 
 fn job(name: &str, queue: &str, payload: Value, max_attempts: u32) -> Value {
@@ -71,7 +78,7 @@ async fn handlers_by_queue_panics_permanent_failures_and_checkpoints() {
                 Some(c) => Err(JobError::permanent(format!("unexpected checkpoint {c}"))),
             }
         });
-    let stop = sdk_worker(&p, dir.path(), "sdk-1", handlers).await;
+    let (stop, _) = sdk_worker(&p, dir.path(), "sdk-1", handlers).await;
 
     let greet = api
         .create(&job("greet", "greet", json!({"name": "ada"}), 1))
@@ -166,7 +173,7 @@ async fn a_malformed_dispatch_message_is_dead_lettered_and_the_worker_stays_up()
         .unwrap()
         .await
         .unwrap();
-    let stop = sdk_worker(&p, dir.path(), "sdk-m", handlers).await;
+    let (stop, _) = sdk_worker(&p, dir.path(), "sdk-m", handlers).await;
 
     let letter = wait_for("the mangled ticket to be a dead letter", LONG, || async {
         let (_, page) = api.get("/v1/dlq").await;
@@ -226,7 +233,7 @@ async fn a_queue_runs_no_more_than_its_concurrency_at_once() {
             rate_per_second: None,
         },
     );
-    let stop = sdk_worker(&p, dir.path(), "sdk-n", handlers).await;
+    let (stop, _) = sdk_worker(&p, dir.path(), "sdk-n", handlers).await;
     let mut jobs = Vec::new();
     for i in 0..8 {
         jobs.push(
@@ -245,5 +252,73 @@ async fn a_queue_runs_no_more_than_its_concurrency_at_once() {
     }
     assert_eq!(peak.load(Ordering::SeqCst), 2, "never more than 2 at once");
     stop.cancel();
+    p.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_drained_through_the_api_finishes_its_ticket_and_stops() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = platform_with(dir.path(), |o| o.workers = 0).await;
+    let api = Api::new(&p);
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let g = gate.clone();
+    let handlers = Handlers::new().queue("slow", move |_job: Job| {
+        let g = g.clone();
+        async move {
+            let _pass = g.acquire().await;
+            Ok(())
+        }
+    });
+    let (_stop, task) = sdk_worker(&p, dir.path(), "sdk-d", handlers).await;
+    let listed = wait_for("the worker to be listed", LONG, || async {
+        let (_, list) = api.get("/v1/workers").await;
+        list["workers"]
+            .as_array()?
+            .iter()
+            .find(|w| w["worker_id"] == "sdk-d")
+            .cloned()
+    })
+    .await
+    .unwrap();
+    assert_eq!(listed["queues"], json!(["slow"]), "{listed}");
+
+    let slow = api.create(&job("slow", "slow", json!({}), 1)).await;
+    wait_for("the ticket to run", LONG, || async {
+        let run = api.past_runs(&slow).await.into_iter().next()?;
+        (run["status"] == "running").then_some(())
+    })
+    .await
+    .unwrap();
+    let (code, reply) = api.post("/v1/workers/sdk-d/drain", &json!({})).await;
+    assert_eq!(code, 202, "{reply}");
+    assert_eq!(
+        reply,
+        json!({"worker_id": "sdk-d", "draining": true, "in_flight": 1})
+    );
+    // Draining, it takes nothing new: a ticket due now waits in its queue.
+    let waiting = api.create(&job("waiting", "slow", json!({}), 1)).await;
+    gate.add_permits(10);
+    api.newest_run_succeeded(&slow).await;
+    tokio::time::timeout(LONG, task)
+        .await
+        .expect("the drained worker stops")
+        .unwrap();
+    let (_, list) = api.get("/v1/workers").await;
+    assert!(
+        !list.to_string().contains("sdk-d"),
+        "a stopped worker leaves the list: {list}"
+    );
+    // Its ticket is published and waits for a worker of the queue.
+    wait_for("the waiting ticket to be dispatched", LONG, || async {
+        let run = api.past_runs(&waiting).await.into_iter().next()?;
+        (run["status"] == "dispatched").then_some(())
+    })
+    .await
+    .unwrap();
+
+    let (code, problem) = api.post("/v1/workers/nobody/drain", &json!({})).await;
+    assert_eq!((code, problem["code"].as_str()), (404, Some("not_found")));
+    let (code, _) = api.post("/v1/workers/not.valid/drain", &json!({})).await;
+    assert_eq!(code, 404);
     p.stop().await.unwrap();
 }

@@ -358,26 +358,7 @@ mod tests {
     use super::*;
 
     fn ticket(attempt: u32) -> Ticket {
-        let id = Uuid::now_v7();
-        Ticket {
-            v: 1,
-            ticket_id: id,
-            job_id: Uuid::now_v7(),
-            tenant: "t".into(),
-            shard: 3,
-            epoch: 1,
-            scheduled_at: Utc::now(),
-            attempt,
-            item: 0,
-            items: 1,
-            queue: "q".into(),
-            target: chronoshard_wire::TargetSpec::Queue { queue: "q".into() },
-            payload: serde_json::Value::Null,
-            timeout_ms: 1000,
-            priority: 5,
-            trace_id: chronoshard_wire::trace_id_of(id),
-            checkpoint: None,
-        }
+        crate::test_ticket(attempt)
     }
 
     #[test]

@@ -18,3 +18,28 @@ pub mod journal;
 pub use agent::{Error, Options, Worker, ACK_WAIT};
 pub use executor::Outcome;
 pub use handler::{Handler, Handlers, Job, JobError, QueueLimits};
+
+/// A ticket for unit tests: queue `q`, shard 3, 1 s timeout.
+#[cfg(test)]
+pub(crate) fn test_ticket(attempt: u32) -> chronoshard_wire::Ticket {
+    let id = uuid::Uuid::now_v7();
+    chronoshard_wire::Ticket {
+        v: 1,
+        ticket_id: id,
+        job_id: uuid::Uuid::now_v7(),
+        tenant: "t".into(),
+        shard: 3,
+        epoch: 1,
+        scheduled_at: chrono::Utc::now(),
+        attempt,
+        item: 0,
+        items: 1,
+        queue: "q".into(),
+        target: chronoshard_wire::TargetSpec::Queue { queue: "q".into() },
+        payload: serde_json::Value::Null,
+        timeout_ms: 1000,
+        priority: 5,
+        trace_id: chronoshard_wire::trace_id_of(id),
+        checkpoint: None,
+    }
+}

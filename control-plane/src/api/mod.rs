@@ -12,6 +12,7 @@ pub mod jobs;
 pub mod ops;
 pub mod schedule;
 pub mod tenants;
+pub mod workers;
 
 use std::{sync::Arc, time::Instant};
 
@@ -58,7 +59,7 @@ Errors are application/problem+json (RFC 9457) with a stable `code`; input error
         (name = "dlq", description = "Dead letters: tickets whose attempts ran out, and their replay"),
         (name = "tenants", description = "Tenant-wide pause, resume and trigger"),
         (name = "schedule", description = "Schedule evaluation"),
-        (name = "cluster", description = "Shards and nodes"),
+        (name = "cluster", description = "Shards, nodes and workers"),
         (name = "operations", description = "Health, readiness, metrics (no token)")
     )
 )]
@@ -94,6 +95,8 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(schedule::preview))
         .routes(routes!(cluster::list_shards))
         .routes(routes!(cluster::list_nodes))
+        .routes(routes!(workers::list_workers))
+        .routes(routes!(workers::drain_worker))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))

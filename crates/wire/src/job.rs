@@ -464,6 +464,12 @@ impl JobSpec {
                 return Err(FieldError::new("target.command", "must not be empty"));
             }
             TargetSpec::Shell { .. } => {}
+            TargetSpec::Queue { queue } if queue == "http" || queue == "shell" => {
+                return Err(FieldError::new(
+                    "target.queue",
+                    "http and shell are the built-in executors' queues: use an http or shell target",
+                ));
+            }
             TargetSpec::Queue { queue } => check_token("target.queue", queue, 64)?,
         }
         if !(1..=100).contains(&self.retry.max_attempts) {
@@ -508,6 +514,18 @@ mod tests {
         let s = spec(j.clone()).unwrap();
         s.validate(Utc::now()).unwrap();
         assert_eq!(serde_json::to_value(&s).unwrap(), j);
+    }
+
+    #[test]
+    fn the_built_in_executors_queues_are_not_queue_targets() {
+        for queue in ["http", "shell"] {
+            let s = spec(serde_json::json!({"tenant": "a", "name": "n",
+                "schedule": {"at": "2026-01-01T00:00:00Z"},
+                "target": {"type": "queue", "queue": queue}}))
+            .unwrap();
+            let e = s.validate(Utc::now()).unwrap_err();
+            assert_eq!(e.field, "target.queue", "{e:?}");
+        }
     }
 
     #[test]

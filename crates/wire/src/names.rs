@@ -53,6 +53,20 @@ pub fn shard_key(shard: u32) -> String {
     format!("shard.{shard}")
 }
 
+/// Core NATS subject a worker answers drain requests on (`POST /v1/workers/{id}/drain`).
+pub fn worker_drain_subject(worker_id: &str) -> String {
+    format!("chronoshard.workers.{worker_id}.drain")
+}
+
+/// Whether `id` can name a worker: 1-64 of `A-Z a-z 0-9 _ -`, so it is one NATS subject token
+/// and one file name.
+pub fn valid_worker_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
 /// Durable consumer name of the workers of one queue.
 pub fn worker_consumer(queue: &str) -> String {
     format!("worker-{queue}")

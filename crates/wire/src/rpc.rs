@@ -200,6 +200,16 @@ pub struct NodeInfo {
     pub shards: Vec<u32>,
 }
 
+/// A worker's answer to a drain request (`names::worker_drain_subject`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DrainReply {
+    pub worker_id: String,
+    /// Always true: the worker stopped taking tickets and finishes what it runs.
+    pub draining: bool,
+    /// Tickets running when the request arrived.
+    pub in_flight: u32,
+}
+
 /// A worker's heartbeat.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct WorkerInfo {

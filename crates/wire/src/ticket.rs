@@ -82,6 +82,9 @@ pub enum ResultKind {
     /// The attempt ended; `outcome` says how.
     Succeeded,
     Failed,
+    /// The worker stopped the attempt unfinished (its drain grace ran out) and handed the
+    /// delivery back: the attempt counts as not started, and another worker runs it.
+    Released,
 }
 
 impl ResultKind {
@@ -91,6 +94,7 @@ impl ResultKind {
             ResultKind::Progress => "progress",
             ResultKind::Succeeded => "succeeded",
             ResultKind::Failed => "failed",
+            ResultKind::Released => "released",
         }
     }
 }
@@ -173,9 +177,9 @@ impl TicketResult {
                 self.attempt,
                 self.at.timestamp_millis()
             ),
-            ResultKind::Started => match self.delivery {
-                Some(d) => format!("{}:{}:Started:{d}", self.ticket_id, self.attempt),
-                None => format!("{}:{}:Started", self.ticket_id, self.attempt),
+            ResultKind::Started | ResultKind::Released => match self.delivery {
+                Some(d) => format!("{}:{}:{:?}:{d}", self.ticket_id, self.attempt, self.kind),
+                None => format!("{}:{}:{:?}", self.ticket_id, self.attempt, self.kind),
             },
             kind => format!("{}:{}:{:?}", self.ticket_id, self.attempt, kind),
         }

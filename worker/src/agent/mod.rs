@@ -6,6 +6,7 @@
 //! and never decides retries: results go to the owning shard, which does.
 
 mod limit;
+mod redelivery;
 mod report;
 mod run;
 
@@ -86,11 +87,14 @@ pub enum Error {
     Journal(#[from] crate::journal::JournalError),
     #[error("worker {0} has no handler registered: nothing to consume")]
     NoQueues(String),
+    #[error("worker id {0:?} must be 1-64 characters of A-Z a-z 0-9 _ -")]
+    InvalidId(String),
 }
 
 /// What every delivery of one queue shares.
 #[derive(Clone)]
 pub(crate) struct Ctx {
+    client: async_nats::Client,
     reporter: Reporter,
     journal: Journal,
     queue: String,
@@ -109,9 +113,14 @@ impl Worker {
         client: async_nats::Client,
         shutdown: CancellationToken,
     ) -> Result<JoinHandle<()>, Error> {
+        if !names::valid_worker_id(&opts.worker_id) {
+            return Err(Error::InvalidId(opts.worker_id));
+        }
         if opts.handlers.queues().is_empty() {
             return Err(Error::NoQueues(opts.worker_id));
         }
+        // Shutdown of the process, or a drain request through the API: the same drain.
+        let shutdown = shutdown.child_token();
         let journal = Journal::open(&opts.journal)?;
         let cluster = Cluster::connect(client).await?;
         let reporter = Reporter::new(cluster.js.clone(), &opts.worker_id);
@@ -140,6 +149,7 @@ impl Worker {
                 .await
                 .map_err(|e| nats_error("worker consumer", e))?;
             let ctx = Ctx {
+                client: cluster.client.clone(),
                 reporter: reporter.clone(),
                 journal: journal.clone(),
                 queue: queue.clone(),
@@ -158,6 +168,20 @@ impl Worker {
                 shutdown.clone(),
             ));
         }
+        let drain_requests = cluster
+            .client
+            .subscribe(names::worker_drain_subject(&opts.worker_id))
+            .await
+            .map_err(|e| nats_error("drain subscription", e))?;
+        let stopped = CancellationToken::new();
+        tokio::spawn(answer_drain(
+            cluster.client.clone(),
+            drain_requests,
+            opts.worker_id.clone(),
+            in_flight.clone(),
+            shutdown.clone(),
+            stopped.clone(),
+        ));
         let span = tracing::info_span!("worker", worker_id = %opts.worker_id);
         let queue_names = opts.handlers.queues();
         Ok(tokio::spawn(
@@ -203,10 +227,40 @@ impl Worker {
                     }
                 }
                 let _ = cluster.forget_worker(&opts.worker_id).await;
+                stopped.cancel();
                 info!("worker stopped");
             }
             .instrument(span),
         ))
+    }
+}
+
+/// Answers drain requests until the worker has stopped: the first one starts the drain; a
+/// repeated one is answered too.
+async fn answer_drain(
+    client: async_nats::Client,
+    mut requests: async_nats::Subscriber,
+    worker_id: String,
+    in_flight: Arc<AtomicU32>,
+    shutdown: CancellationToken,
+    stopped: CancellationToken,
+) {
+    loop {
+        let req = tokio::select! {
+            r = requests.next() => match r { Some(r) => r, None => return },
+            _ = stopped.cancelled() => return,
+        };
+        info!("drain requested");
+        shutdown.cancel();
+        if let Some(reply) = req.reply {
+            let answer = chronoshard_wire::rpc::DrainReply {
+                worker_id: worker_id.clone(),
+                draining: true,
+                in_flight: in_flight.load(Ordering::Relaxed),
+            };
+            let body = serde_json::to_vec(&answer).expect("reply serialises");
+            let _ = client.publish(reply, body.into()).await;
+        }
     }
 }
 

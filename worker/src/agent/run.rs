@@ -11,7 +11,10 @@ use chronoshard_wire::{names, ResultKind, Ticket, TicketResult, PROTOCOL_VERSION
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
-use super::Ctx;
+use super::{
+    redelivery::{self, Redelivered},
+    Ctx,
+};
 use crate::{
     executor::Outcome,
     handler::{time_limit, Job, Registered},
@@ -42,15 +45,32 @@ pub(super) async fn run_one(ctx: &Ctx, reg: &Registered, msg: Message) {
                 return;
             }
         };
+        let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
+        let seen = match seen {
+            Seen::New if delivered > 1 => match redelivery::ask(&ctx.client, &ticket).await {
+                Redelivered::Run => Seen::New,
+                Redelivered::Over => {
+                    info!(delivered, "delivery of an attempt that is over: not run");
+                    let _ = ctx.journal.release(&ticket);
+                    let _ = msg.ack().await;
+                    return;
+                }
+                Redelivered::Orphaned { worker } => {
+                    not_run_again(ctx, "orphaned");
+                    let o = Outcome::failed(format!(
+                        "lost: worker {worker} stopped while running this attempt (delivered \
+                         again to {})",
+                        ctx.reporter.worker_id()
+                    ));
+                    Seen::Finished(o)
+                }
+            },
+            seen => seen,
+        };
         let outcome = match seen {
             Seen::New => match execute(ctx, reg, &ticket, &msg).await {
                 Some(o) => o,
-                None => {
-                    // The worker stops and the handler gave up: another worker may run it.
-                    let _ = ctx.journal.release(&ticket);
-                    let _ = msg.ack_with(AckKind::Nak(None)).await;
-                    return;
-                }
+                None => return release(ctx, &ticket, &msg).await,
             },
             Seen::Interrupted => {
                 not_run_again(ctx, "interrupted");
@@ -84,6 +104,21 @@ pub(super) async fn run_one(ctx: &Ctx, reg: &Registered, msg: Message) {
     }
     .instrument(span)
     .await
+}
+
+/// The worker stops and the handler was stopped unfinished: the shard is told the attempt is not
+/// running any more, and the delivery goes back to JetStream for another worker. The NAK waits a
+/// second so the shard has applied the release when the next worker asks about the delivery.
+async fn release(ctx: &Ctx, ticket: &Ticket, msg: &Message) {
+    let _ = ctx.journal.release(ticket);
+    let mut r = ctx.reporter.result(ticket, ResultKind::Released);
+    r.delivery = msg.info().ok().map(|i| i.delivered as u64);
+    if let Err(e) = ctx.reporter.store(&r).await {
+        warn!(error = %e, "release not reported; the next worker will report this attempt lost");
+    }
+    let _ = msg
+        .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+        .await;
 }
 
 fn not_run_again(ctx: &Ctx, seen: &str) {

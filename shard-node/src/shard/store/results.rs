@@ -243,6 +243,26 @@ async fn apply_one(tx: &mut Tx, r: &TicketResult, now: i64, out: &mut Applied) -
             sync_run(tx, &tid, None, now).await?;
             Ok(())
         }
+        ResultKind::Released => {
+            // Only the worker the attempt is recorded with can hand it back: a late release
+            // must not erase the start of the worker that took the delivery over.
+            let n = sqlx::query(
+                "UPDATE attempts SET started_at = NULL, worker = NULL, heartbeat_at = NULL, status = 'dispatched' \
+                 WHERE ticket_id = $1 AND attempt = $2 AND finished_at IS NULL AND worker = $3",
+            )
+            .bind(&tid)
+            .bind(r.attempt as i64)
+            .bind(&r.worker)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
+            if n > 0 {
+                out.changed += 1;
+                follow_attempt(tx, &tid, r.attempt, now).await?;
+                sync_run(tx, &tid, None, now).await?;
+            }
+            Ok(())
+        }
         ResultKind::Succeeded | ResultKind::Failed => {
             save_checkpoint(tx, r).await?;
             let status = r.kind.as_str();

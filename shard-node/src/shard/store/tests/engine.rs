@@ -5,7 +5,7 @@ use chronoshard_wire::{Backoff, Dur, Overlap, RetrySpec, RunView};
 
 use super::*;
 
-fn with_retry(mut j: JobRow, max_attempts: u32, backoff: Backoff) -> JobRow {
+pub(super) fn with_retry(mut j: JobRow, max_attempts: u32, backoff: Backoff) -> JobRow {
     j.spec.retry = RetrySpec {
         max_attempts,
         backoff,

@@ -34,6 +34,7 @@ macro_rules! store_tests {
 
 mod engine;
 mod outbox;
+mod worker;
 
 /// A JetStream ack of an attempt (the sequence is made up: only the sweep reads it).
 fn acked(ticket: Uuid, attempt: u32) -> Acked {
