@@ -322,3 +322,124 @@ async fn a_worker_drained_through_the_api_finishes_its_ticket_and_stops() {
     assert_eq!(code, 404);
     p.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_result_lost_in_a_crash_is_sent_at_restart_and_a_result_sent_twice_counts_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = platform_with(dir.path(), |o| o.workers = 0).await;
+    let api = Api::new(&p);
+    let job_id = api
+        .create(
+            &json!({"tenant": "acme", "name": "crashed", "schedule": {"delay": "0s"},
+                    "target": {"type": "queue", "queue": "journalled"}}),
+        )
+        .await;
+    // A worker took the ticket, started it, finished it and journalled the outcome, then died
+    // before its result was stored.
+    let mut hand = HandWorker::start(&p.nats_url, "journalled").await;
+    let t = hand.next_ticket(LONG).await;
+    hand.report(&t, chronoshard_wire::ResultKind::Started, None)
+        .await;
+    {
+        let journal =
+            chronoshard_worker::journal::Journal::open(&dir.path().join("sdk-j.journal")).unwrap();
+        assert_eq!(
+            journal.begin(&t).unwrap(),
+            chronoshard_worker::journal::Seen::New
+        );
+        let outcome = chronoshard_worker::Outcome {
+            output: Some("done before the crash".into()),
+            ..chronoshard_worker::Outcome::succeeded()
+        };
+        journal.finish(&t, &outcome).unwrap();
+    }
+    // Restarted (any queue), it sends what its journal holds.
+    let handlers = Handlers::new().queue("other", |_job: Job| async move { Ok(()) });
+    let (stop, _) = sdk_worker(&p, dir.path(), "sdk-j", handlers).await;
+    let ticket = api.ticket_of_run(&job_id, "succeeded").await;
+    assert_eq!(ticket["attempts"][0]["output"], "done before the crash");
+    assert_eq!(ticket["attempts"][0]["worker"], "sdk-j");
+
+    // The same result again, and a contradicting one, under ids JetStream does not drop: the
+    // run has its outcome already, and neither changes it.
+    let js = jetstream::new(async_nats::connect(&p.nats_url).await.unwrap());
+    for kind in ["succeeded", "failed"] {
+        let copy = json!({"v": 1, "ticket_id": t.ticket_id, "attempt": 1, "shard": t.shard,
+            "kind": kind, "worker": "impostor", "at": "2026-11-29T00:00:00Z", "error": "late"});
+        js.publish(names::result_subject(t.shard), copy.to_string().into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    // A marker result on the same subject, applied after the copies, says they were read.
+    let marker = api
+        .create(
+            &json!({"tenant": "acme", "name": "marker", "schedule": {"delay": "0s"},
+                    "target": {"type": "queue", "queue": "journalled"}}),
+        )
+        .await;
+    let m = hand.next_ticket(LONG).await;
+    assert_eq!(m.shard, t.shard, "one tenant, one shard");
+    hand.report(&m, chronoshard_wire::ResultKind::Succeeded, None)
+        .await;
+    api.newest_run_succeeded(&marker).await;
+    let again = api.ticket_of_run(&job_id, "succeeded").await;
+    assert_eq!(again, ticket, "the copies changed nothing");
+    stop.cancel();
+    p.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_queue_starts_no_more_tickets_per_second_than_its_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = platform_with(dir.path(), |o| o.workers = 0).await;
+    let api = Api::new(&p);
+    let starts = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = starts.clone();
+    let handlers = Handlers::new().queue_with(
+        "metered",
+        move |_job: Job| {
+            let s = s.clone();
+            async move {
+                s.lock().unwrap().push(std::time::Instant::now());
+                Ok(())
+            }
+        },
+        QueueLimits {
+            concurrency: 64,
+            rate_per_second: Some(5.0),
+        },
+    );
+    let mut jobs = Vec::new();
+    for i in 0..10 {
+        jobs.push(
+            api.create(&job(&format!("metered-{i}"), "metered", json!({}), 1))
+                .await,
+        );
+    }
+    // All ten wait in the queue before the worker starts, so only the rate spaces them.
+    for j in &jobs {
+        wait_for("the ticket to be dispatched", LONG, || async {
+            let run = api.past_runs(j).await.into_iter().next()?;
+            (run["status"] == "dispatched").then_some(())
+        })
+        .await
+        .unwrap();
+    }
+    let (stop, _) = sdk_worker(&p, dir.path(), "sdk-r", handlers).await;
+    for j in &jobs {
+        api.newest_run_succeeded(j).await;
+    }
+    let starts = starts.lock().unwrap().clone();
+    assert_eq!(starts.len(), 10);
+    // A bucket of 5 (one second's worth) then one every 200 ms: the tenth starts at least
+    // 5 × 200 ms after the first. Slowness only makes it later.
+    let spread = *starts.iter().max().unwrap() - *starts.iter().min().unwrap();
+    assert!(
+        spread >= std::time::Duration::from_millis(950),
+        "10 starts at 5/s took only {spread:?}"
+    );
+    stop.cancel();
+    p.stop().await.unwrap();
+}
