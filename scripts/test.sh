@@ -9,6 +9,8 @@ ensure_nats_server
 echo "using nats-server: $CHRONOSHARD_NATS_SERVER ($("$CHRONOSHARD_NATS_SERVER" --version))"
 ensure_postgres
 echo "using PostgreSQL binaries: $CHRONOSHARD_PG_BIN ($("$CHRONOSHARD_PG_BIN/postgres" --version))"
+ensure_python_nats
+echo "using python3: $(command -v python3) ($(python3 --version 2>&1)), $(python_nats_version)"
 cd "$ROOT"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -133,6 +133,7 @@ impl Worker {
         let hard_stop = CancellationToken::new();
         let in_flight = Arc::new(AtomicU32::new(0));
         let mut queues = Vec::new();
+        let mut consumers = Vec::new();
         for (queue, reg) in opts.handlers.iter() {
             let consumer: PullConsumer = stream
                 .get_or_create_consumer(
@@ -159,14 +160,14 @@ impl Worker {
             let permits = Arc::new(Semaphore::new(reg.limits.concurrency.max(1)));
             queues.push((permits.clone(), reg.limits.concurrency.max(1)));
             // Ends by itself on shutdown; in-flight work is tracked by the permits.
-            tokio::spawn(consume(
+            consumers.push(tokio::spawn(consume(
                 ctx,
                 reg.clone(),
                 consumer,
                 permits,
                 in_flight.clone(),
                 shutdown.clone(),
-            ));
+            )));
         }
         let drain_requests = cluster
             .client
@@ -225,6 +226,10 @@ impl Worker {
                     for (permits, all) in &queues {
                         let _ = permits.acquire_many(*all as u32).await;
                     }
+                }
+                // The journal (and its lock) is free once the last task holding it has ended.
+                for c in consumers {
+                    let _ = c.await;
                 }
                 let _ = cluster.forget_worker(&opts.worker_id).await;
                 stopped.cancel();
@@ -355,6 +360,8 @@ async fn consume(
             tokio::spawn(async move {
                 run::run_one(&ctx, &reg, msg).await;
                 in_flight.fetch_sub(1, Ordering::Relaxed);
+                // The context (with the journal) goes before the permit that says "done".
+                drop(ctx);
                 drop(permit);
             });
         }
