@@ -69,9 +69,10 @@ pub struct WorkerArgs {
     /// Files a shell command may have open.
     #[arg(long, default_value_t = 256)]
     pub shell_open_files: u64,
-    /// Bytes of a shell command's output kept with its attempt.
-    #[arg(long, default_value_t = 64 * 1024)]
-    pub shell_output_limit: usize,
+    /// Bytes of a shell command's output kept with its attempt (at most 65536).
+    #[arg(long, default_value_t = 64 * 1024,
+          value_parser = clap::value_parser!(u32).range(0..=65_536))]
+    pub shell_output_limit: u32,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -95,7 +96,7 @@ impl WorkerArgs {
                 cpu_seconds: self.shell_cpu_seconds,
                 memory_bytes: self.shell_memory_mb.saturating_mul(1024 * 1024),
                 open_files: self.shell_open_files,
-                output_limit: self.shell_output_limit,
+                output_limit: self.shell_output_limit as usize,
             },
             limits: QueueLimits {
                 concurrency: self.concurrency as usize,

@@ -15,7 +15,9 @@ use std::{
 use async_nats::{jetstream, HeaderMap};
 use chronoshard::dev::Platform;
 use chronoshard_wire::names;
-use chronoshard_worker::{Handlers, Job, JobError, Options, QueueLimits, Worker};
+use chronoshard_worker::{
+    handler::BoxFuture, Handler, Handlers, Job, JobError, Options, Outcome, QueueLimits, Worker,
+};
 use common::{worker::HandWorker, *};
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
@@ -43,6 +45,15 @@ fn job(name: &str, queue: &str, payload: Value, max_attempts: u32) -> Value {
            "retry": {"max_attempts": max_attempts, "backoff": "fixed", "initial": "100ms"}})
 }
 
+/// A handler whose `call` panics instead of returning a future.
+struct PanicsAtCall;
+
+impl Handler for PanicsAtCall {
+    fn call(&self, _job: Job) -> BoxFuture<Outcome> {
+        panic!("no future for you")
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn handlers_by_queue_panics_permanent_failures_and_checkpoints() {
     let dir = tempfile::tempdir().unwrap();
@@ -64,6 +75,7 @@ async fn handlers_by_queue_panics_permanent_failures_and_checkpoints() {
             }
             Ok(())
         })
+        .queue("explode-early", PanicsAtCall)
         .queue("reject", |_job: Job| async move {
             Err(JobError::permanent("the payload can never work"))
         })
@@ -98,6 +110,15 @@ async fn handlers_by_queue_panics_permanent_failures_and_checkpoints() {
         .create(&job("calm", "explode", json!({"panic": false}), 1))
         .await;
     api.ticket_of_run(&calm, "succeeded").await;
+    // A handler that panics before it even returns its future: the same.
+    let early = api
+        .create(&job("early", "explode-early", json!({}), 1))
+        .await;
+    let t = api.ticket_of_run(&early, "dead").await;
+    assert_eq!(
+        t["attempts"][0]["error"], "handler panicked: no future for you",
+        "{t}"
+    );
 
     // A permanent failure is a dead letter after one attempt although five are allowed.
     let rejected = api.create(&job("rejected", "reject", json!({}), 5)).await;

@@ -336,7 +336,8 @@ async def reject_malformed(msg, reporter: Reporter, problem: Malformed) -> None:
     log.error("%s %s; reported failed (permanent) and terminated", tag, error)
 
 
-async def already_handled(msg, ticket: Ticket, reporter: Reporter, delivery: int) -> bool:
+async def already_handled(msg, ticket: Ticket, reporter: Reporter, delivery: int,
+                          ack_wait_s: float) -> bool:
     """See "Redeliveries (recommended)": a delivery that is not the first may be of an attempt
     that is over, or that a worker started and died running. Ask the shard that owns the ticket.
     True when this delivery was dealt with (acked, maybe after reporting it `lost:`): do not run.
@@ -362,6 +363,11 @@ async def already_handled(msg, ticket: Ticket, reporter: Reporter, delivery: int
     if this.get("finished_at") or later:
         log.info("%s redelivered (delivery %d) but already over; ack without running", tag,
                  delivery)
+    elif this.get("started_at") and this.get("worker") and seen_lately(this, ack_wait_s / 2):
+        log.info("%s redelivered, but %s showed life lately: handed back for 5 s", tag,
+                 this["worker"])
+        await msg.nak(delay=5)
+        return True
     elif this.get("started_at") and this.get("worker"):
         error = f"lost: worker {this['worker']} stopped while running this attempt"
         if not await reporter.report_until_stored(ticket, "failed", msg, error=error):
@@ -378,7 +384,19 @@ async def already_handled(msg, ticket: Ticket, reporter: Reporter, delivery: int
     return True
 
 
-async def process(msg, reporter: Reporter, beat_s: float) -> None:
+def seen_lately(attempt: dict, within_s: float) -> bool:
+    """The attempt's last sign of life (`started_at` or `progress_at`, the shard's clock) is
+    less than `within_s` old."""
+    times = []
+    for field in ("started_at", "progress_at"):
+        try:
+            times.append(datetime.fromisoformat(attempt[field].replace("Z", "+00:00")))
+        except (KeyError, AttributeError, ValueError):
+            pass
+    return bool(times) and (datetime.now(timezone.utc) - max(times)).total_seconds() < within_s
+
+
+async def process(msg, reporter: Reporter, beat_s: float, ack_wait_s: float) -> None:
     try:
         ticket = parse_ticket(msg.data)
     except Malformed as e:
@@ -386,7 +404,7 @@ async def process(msg, reporter: Reporter, beat_s: float) -> None:
         return
     delivery = msg.metadata.num_delivered
     tag = f"{ticket.ticket_id}#{ticket.attempt}"
-    if await already_handled(msg, ticket, reporter, delivery):
+    if await already_handled(msg, ticket, reporter, delivery, ack_wait_s):
         return
 
     # 1. `started` before running, with the delivery count ("Tickets lost before they start").
@@ -444,9 +462,9 @@ async def release(msg, ticket: Ticket, reporter: Reporter, delivery: int) -> Non
         log.warning("%s NAK failed: %r", tag, e)
 
 
-async def process_logged(msg, reporter: Reporter, beat_s: float) -> None:
+async def process_logged(msg, reporter: Reporter, beat_s: float, ack_wait_s: float) -> None:
     try:
-        await process(msg, reporter, beat_s)
+        await process(msg, reporter, beat_s, ack_wait_s)
     except asyncio.CancelledError:
         raise
     except Exception:  # a bug or a lost connection: the delivery comes back after ack_wait
@@ -517,7 +535,7 @@ async def main(args) -> int:
             if stopping.is_set():  # fetched but not started: give it back at once
                 await nak_unstarted(msg)
                 continue
-            task = asyncio.ensure_future(process_logged(msg, reporter, beat_s))
+            task = asyncio.ensure_future(process_logged(msg, reporter, beat_s, ack_wait))
             inflight.add(task)
             task.add_done_callback(inflight.discard)
 

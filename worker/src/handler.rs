@@ -123,13 +123,16 @@ impl Job {
     }
 
     /// Fires when the attempt should stop: its `timeout_ms` passed, or the worker's drain grace
-    /// ran out. The agent reports the attempt failed then, whatever the handler returns later.
+    /// ran out. The handler then has 5 s to return; a success within them counts, otherwise
+    /// the attempt is failed (`timed out after N ms`) or, on a drain, handed back to another
+    /// worker (from the last checkpoint saved).
     pub fn cancelled(&self) -> &CancellationToken {
         &self.cancel
     }
 
-    /// Records progress: stored by the shard when this returns `Ok`, and handed to the next
-    /// attempt of this ticket (as `Job::checkpoint`) if this one fails or its worker dies.
+    /// Records progress (at most 64 KiB of JSON): stored in the results stream when this returns
+    /// `Ok`, applied by the shard from there, and handed to the next attempt of this ticket (as
+    /// `Job::checkpoint`), or to another worker taking this attempt over after a drain.
     pub async fn save_checkpoint(&self, checkpoint: Value) -> Result<(), JobError> {
         self.reporter
             .checkpoint(&self.ticket, checkpoint)

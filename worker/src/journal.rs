@@ -1,13 +1,14 @@
 //! The ticket journal: a worker's local record of what it started, finished and reported, kept
 //! in an append-only file of JSON lines so it survives the worker's crash (`kill -9`).
 //!
-//! A ticket attempt is journalled `started` before its handler runs, `finished` (with its
-//! outcome) before the result is sent, and `reported` once JetStream stored the result. After a
-//! restart the journal answers, for a delivery of an attempt seen before: run it (never seen),
-//! do not run it again (started, never finished: the worker died during it), or send the stored
-//! result (finished). It owns only this file; it never talks to NATS and decides nothing about
-//! retries. Lines are written to the OS at once but not fsynced: the journal survives a process
-//! crash, not a power cut (a machine that loses its disk loses its journal anyway).
+//! A ticket attempt is journalled `started` right before its handler runs, `finished` (with its
+//! outcome) before the result is sent, and `reported` once JetStream stored the result, which
+//! forgets it: a later delivery of a reported attempt is recognised by the shard as over (see
+//! `agent::redelivery`), so the journal only holds attempts in flight. After a restart it answers,
+//! for a delivery of an attempt it holds: do not run it again (started, never finished: the
+//! worker died during it), or send the stored result (finished). It owns only this file; it
+//! never talks to NATS and decides nothing about retries. Lines are written to the OS at once but
+//! not fsynced: the journal survives a process crash, not a power cut.
 
 use std::{
     collections::HashMap,
@@ -25,9 +26,6 @@ use uuid::Uuid;
 
 use crate::executor::Outcome;
 
-/// How long a reported attempt is remembered: longer than any redelivery of its message can
-/// take (ack_wait after a crash between the report and the ack).
-const KEEP_REPORTED_MS: i64 = 60 * 60 * 1000;
 /// How long an attempt started and never finished is remembered.
 const KEEP_INTERRUPTED_MS: i64 = 24 * 60 * 60 * 1000;
 
@@ -45,7 +43,7 @@ pub enum JournalError {
 /// What the journal knows about an attempt when it is delivered.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Seen {
-    /// Never seen: it is now journalled as started, run it.
+    /// Not in flight here: run it (after `Journal::start`).
     New,
     /// Started earlier and never finished: this worker died while running it.
     Interrupted,
@@ -139,6 +137,8 @@ struct Inner {
     entries: HashMap<(Uuid, u32), Record>,
     /// Lines in the file; when far more than the entries, the file is rewritten.
     lines: usize,
+    /// The last write failed part-way: the next line starts on a line of its own.
+    cut: bool,
     _lock: Flock<File>,
 }
 
@@ -171,21 +171,11 @@ impl Journal {
                     continue;
                 };
                 let key = (r.ticket_id, r.attempt);
-                match (entries.get(&key), r.state) {
-                    (_, State::Released) => {
+                match r.state {
+                    State::Released | State::Reported => {
                         entries.remove(&key);
                     }
-                    // A `reported` line carries no outcome: keep the one `finished` recorded.
-                    (
-                        Some(Record {
-                            outcome: Some(o), ..
-                        }),
-                        State::Reported,
-                    ) => {
-                        let outcome = Some(o.clone());
-                        entries.insert(key, Record { outcome, ..r });
-                    }
-                    _ => {
+                    State::Started | State::Finished => {
                         entries.insert(key, r);
                     }
                 }
@@ -201,6 +191,7 @@ impl Journal {
             file,
             entries,
             lines: 0,
+            cut: false,
             _lock: lock,
         };
         inner.compact(Utc::now().timestamp_millis())?;
@@ -209,29 +200,33 @@ impl Journal {
         })
     }
 
-    /// Looks the attempt up; a new one is journalled as started before this returns.
-    pub fn begin(&self, t: &Ticket) -> Result<Seen, JournalError> {
-        let mut inner = self.inner.lock().expect("journal lock");
+    /// What the journal holds about the attempt.
+    pub fn seen(&self, t: &Ticket) -> Seen {
+        let inner = self.inner.lock().expect("journal lock");
         match inner.entries.get(&(t.ticket_id, t.attempt)) {
+            None => Seen::New,
             Some(Record {
-                state: State::Started,
+                state: State::Finished,
+                outcome: Some(o),
                 ..
-            }) => Ok(Seen::Interrupted),
-            Some(Record {
-                outcome: Some(o), ..
-            }) => Ok(Seen::Finished(o.clone().into())),
-            Some(_) => Ok(Seen::Interrupted),
-            None => {
-                inner.append(record(
-                    t.ticket_id,
-                    t.attempt,
-                    t.shard,
-                    State::Started,
-                    None,
-                ))?;
-                Ok(Seen::New)
-            }
+            }) => Seen::Finished(o.clone().into()),
+            Some(_) => Seen::Interrupted,
         }
+    }
+
+    /// The attempt's handler starts now.
+    pub fn start(&self, t: &Ticket) -> Result<(), JournalError> {
+        let r = record(t.ticket_id, t.attempt, t.shard, State::Started, None);
+        self.inner.lock().expect("journal lock").append(r)
+    }
+
+    /// `seen`, and a new attempt journalled as started at once.
+    pub fn begin(&self, t: &Ticket) -> Result<Seen, JournalError> {
+        let seen = self.seen(t);
+        if seen == Seen::New {
+            self.start(t)?;
+        }
+        Ok(seen)
     }
 
     /// The attempt ended with `outcome`; journalled before the result is sent.
@@ -246,19 +241,17 @@ impl Journal {
         self.inner.lock().expect("journal lock").append(r)
     }
 
-    /// The attempt's result was stored by JetStream.
+    /// The attempt's result was stored by JetStream: nothing more to remember about it.
     pub fn reported(&self, ticket_id: Uuid, attempt: u32) -> Result<(), JournalError> {
         let mut inner = self.inner.lock().expect("journal lock");
-        let Some(known) = inner.entries.get(&(ticket_id, attempt)) else {
+        let Some(shard) = inner.entries.get(&(ticket_id, attempt)).map(|r| r.shard) else {
             return Ok(());
         };
-        let mut r = record(ticket_id, attempt, known.shard, State::Reported, None);
-        r.outcome = known.outcome.clone();
-        inner.append(r)
+        inner.append(record(ticket_id, attempt, shard, State::Reported, None))
     }
 
     /// The attempt was stopped unfinished and handed back to JetStream: forget it, so a later
-    /// delivery of it runs again (from the checkpoint its handler saved, if any).
+    /// delivery of it runs again.
     pub fn release(&self, t: &Ticket) -> Result<(), JournalError> {
         let r = record(t.ticket_id, t.attempt, t.shard, State::Released, None);
         self.inner.lock().expect("journal lock").append(r)
@@ -311,11 +304,21 @@ impl Inner {
     }
 
     fn append(&mut self, r: Record) -> Result<(), JournalError> {
-        let mut line = serde_json::to_vec(&r).expect("journal record serialises");
+        let mut line = Vec::with_capacity(256);
+        // After a write that failed part-way the file ends in a cut line; a newline first keeps
+        // this one whole (`open` skips the cut one).
+        if self.cut {
+            line.push(b'\n');
+        }
+        serde_json::to_writer(&mut line, &r).expect("journal record serialises");
         line.push(b'\n');
         // One write per line: a crash leaves at most the last line cut, which `open` skips.
-        self.file.write_all(&line).map_err(self.io())?;
-        if r.state == State::Released {
+        if let Err(e) = self.file.write_all(&line) {
+            self.cut = true;
+            return Err(self.io()(e));
+        }
+        self.cut = false;
+        if matches!(r.state, State::Released | State::Reported) {
             self.entries.remove(&(r.ticket_id, r.attempt));
         } else {
             self.entries.insert((r.ticket_id, r.attempt), r);
@@ -331,10 +334,9 @@ impl Inner {
     /// (to a temporary file renamed over it, so a crash leaves the old or the new one).
     fn compact(&mut self, now_ms: i64) -> Result<(), JournalError> {
         self.entries.retain(|_, r| match r.state {
-            State::Reported => now_ms - r.at_ms < KEEP_REPORTED_MS,
             State::Started => now_ms - r.at_ms < KEEP_INTERRUPTED_MS,
             State::Finished => true,
-            State::Released => false,
+            State::Reported | State::Released => false,
         });
         let tmp = self.path.with_extension("tmp");
         let mut out = Vec::new();
@@ -349,6 +351,7 @@ impl Inner {
             .open(&self.path)
             .map_err(self.io())?;
         self.lines = self.entries.len();
+        self.cut = false;
         Ok(())
     }
 }
@@ -389,7 +392,7 @@ mod tests {
             Seen::Finished(Outcome::succeeded()),
             "finished, result never stored"
         );
-        assert_eq!(j.begin(&c).unwrap(), Seen::Finished(failed), "reported");
+        assert_eq!(j.seen(&c), Seen::New, "reported: forgotten");
         let un = j.unreported();
         assert_eq!(un.len(), 1);
         assert_eq!(
@@ -397,8 +400,8 @@ mod tests {
             (b.ticket_id, 1, 3)
         );
         // Another attempt of a known ticket is new.
-        let mut next = c.clone();
-        next.attempt = 3;
+        let mut next = b.clone();
+        next.attempt = 2;
         assert_eq!(j.begin(&next).unwrap(), Seen::New);
     }
 
@@ -431,21 +434,23 @@ mod tests {
     }
 
     #[test]
-    fn compaction_forgets_old_reported_attempts_and_keeps_unreported_ones() {
+    fn compaction_keeps_only_attempts_in_flight() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w.journal");
-        let (old, fresh, pending) = (ticket(1), ticket(1), ticket(1));
+        let (done, stale, pending, running) = (ticket(1), ticket(1), ticket(1), ticket(1));
         let j = Journal::open(&path).unwrap();
-        for t in [&old, &fresh, &pending] {
+        for t in [&done, &stale, &pending, &running] {
             j.begin(t).unwrap();
+        }
+        for t in [&done, &pending] {
             j.finish(t, &Outcome::succeeded()).unwrap();
         }
-        j.reported(old.ticket_id, 1).unwrap();
-        j.reported(fresh.ticket_id, 1).unwrap();
+        j.reported(done.ticket_id, 1).unwrap();
         {
             let mut inner = j.inner.lock().unwrap();
             let now = Utc::now().timestamp_millis();
-            inner.entries.get_mut(&(old.ticket_id, 1)).unwrap().at_ms = now - KEEP_REPORTED_MS - 1;
+            let old = now - KEEP_INTERRUPTED_MS - 1;
+            inner.entries.get_mut(&(stale.ticket_id, 1)).unwrap().at_ms = old;
             inner.compact(now).unwrap();
             assert_eq!(inner.lines, 2);
         }
@@ -453,12 +458,39 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 2, "{text}");
         let j = Journal::open(&path).unwrap();
-        assert_eq!(j.begin(&old).unwrap(), Seen::New, "forgotten");
+        assert_eq!(j.seen(&done), Seen::New, "reported: forgotten");
         assert_eq!(
-            j.begin(&fresh).unwrap(),
-            Seen::Finished(Outcome::succeeded())
+            j.seen(&stale),
+            Seen::New,
+            "interrupted a day ago: forgotten"
         );
+        assert_eq!(j.seen(&running), Seen::Interrupted);
+        assert_eq!(j.seen(&pending), Seen::Finished(Outcome::succeeded()));
         assert_eq!(j.unreported().len(), 1);
         assert_eq!(j.unreported()[0].ticket_id, pending.ticket_id);
+    }
+
+    #[test]
+    fn a_line_after_a_failed_write_starts_on_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.journal");
+        let (a, b) = (ticket(1), ticket(1));
+        let j = Journal::open(&path).unwrap();
+        j.begin(&a).unwrap();
+        {
+            // What a write cut by a full disk leaves, and the flag it sets.
+            let mut inner = j.inner.lock().unwrap();
+            inner.file.write_all(br#"{"ticket_id":"01a2"#).unwrap();
+            inner.cut = true;
+        }
+        j.begin(&b).unwrap();
+        drop(j);
+        let j = Journal::open(&path).unwrap();
+        assert_eq!(j.seen(&a), Seen::Interrupted);
+        assert_eq!(
+            j.seen(&b),
+            Seen::Interrupted,
+            "the line after the cut one survives"
+        );
     }
 }

@@ -277,6 +277,9 @@ pub struct AttemptView {
     pub started_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<DateTime<Utc>>,
+    /// When the shard applied the attempt's last `progress` report (its own clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_at: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

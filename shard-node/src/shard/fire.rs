@@ -389,21 +389,15 @@ impl Shard {
                 match watchdog::verdict(started, open.progress_at, open.timeout_ms, now) {
                     watchdog::Verdict::WaitUntil(at) => self.arm(at, timer),
                     watchdog::Verdict::Lost(reason) => {
-                        let lost = TicketResult {
-                            v: PROTOCOL_VERSION,
-                            ticket_id: ticket,
+                        let mut lost = TicketResult::about(
+                            ticket,
                             attempt,
-                            shard: self.ctx.shard,
-                            kind: ResultKind::Failed,
-                            worker: "watchdog".into(),
-                            at: from_millis(now),
-                            error: Some(reason.clone()),
-                            http_status: None,
-                            delivery: None,
-                            output: None,
-                            permanent: false,
-                            checkpoint: None,
-                        };
+                            self.ctx.shard,
+                            ResultKind::Failed,
+                            "watchdog",
+                            from_millis(now),
+                        );
+                        lost.error = Some(reason.clone());
                         let applied = self.store.apply_results(&[lost], now).await?;
                         if applied.changed > 0 {
                             warn!(ticket_id = %ticket, attempt, %reason, "attempt lost");

@@ -25,7 +25,7 @@ use async_nats::jetstream::{
 };
 use bytes::Bytes;
 use chronoshard_telemetry::metrics;
-use chronoshard_wire::{from_millis, names, ResultKind, TicketResult, PROTOCOL_VERSION};
+use chronoshard_wire::{from_millis, names, ResultKind, TicketResult};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
@@ -308,21 +308,15 @@ impl Sweep {
             "lost: the ticket left the dispatch stream {} times without being started",
             u.resends + 1
         );
-        let result = TicketResult {
-            v: PROTOCOL_VERSION,
-            ticket_id: u.ticket,
-            attempt: u.attempt,
-            shard: self.ctx.shard,
-            kind: ResultKind::Failed,
-            worker: "sweep".into(),
-            at: from_millis(now),
-            error: Some(reason.clone()),
-            http_status: None,
-            delivery: None,
-            output: None,
-            permanent: false,
-            checkpoint: None,
-        };
+        let mut result = TicketResult::about(
+            u.ticket,
+            u.attempt,
+            self.ctx.shard,
+            ResultKind::Failed,
+            "sweep",
+            from_millis(now),
+        );
+        result.error = Some(reason.clone());
         let msg = PublishMessage::build()
             .payload(Bytes::from(
                 serde_json::to_vec(&result).expect("result serialises"),

@@ -5,6 +5,7 @@
 //! It owns the worker's NATS traffic and its journal file. It never writes to a shard database
 //! and never decides retries: results go to the owning shard, which does.
 
+mod delivery;
 mod limit;
 mod redelivery;
 mod report;
@@ -47,6 +48,9 @@ pub const ACK_WAIT: Duration = Duration::from_secs(30);
 const MAX_FETCH: usize = 256;
 /// How long one fetch waits for tickets before asking again.
 const FETCH_EXPIRES: Duration = Duration::from_secs(5);
+/// The longest pause between progress reports of a running attempt (the watchdog wants a sign
+/// of life within 60 s).
+const MAX_BEAT: Duration = Duration::from_secs(20);
 
 /// How to run a worker.
 #[derive(Clone, Debug)]
@@ -89,6 +93,8 @@ pub enum Error {
     NoQueues(String),
     #[error("worker id {0:?} must be 1-64 characters of A-Z a-z 0-9 _ -")]
     InvalidId(String),
+    #[error("queue name {0:?} must be 1-64 characters of A-Z a-z 0-9 _ -")]
+    InvalidQueue(String),
 }
 
 /// What every delivery of one queue shares.
@@ -98,7 +104,12 @@ pub(crate) struct Ctx {
     reporter: Reporter,
     journal: Journal,
     queue: String,
+    /// The queue consumer's ack wait (the first creator's setting counts, not ours).
     ack_wait: Duration,
+    /// How often a running attempt acks progress and reports it: a third of the ack wait, and
+    /// at least every 20 s for the shard's watchdog (it looks for a sign of life in 60 s).
+    beat: Duration,
+    running: delivery::Running,
     /// Fires when the drain grace is over: running handlers are told to stop.
     hard_stop: CancellationToken,
 }
@@ -119,6 +130,14 @@ impl Worker {
         if opts.handlers.queues().is_empty() {
             return Err(Error::NoQueues(opts.worker_id));
         }
+        if let Some(q) = opts
+            .handlers
+            .queues()
+            .into_iter()
+            .find(|q| !names::valid_worker_id(q))
+        {
+            return Err(Error::InvalidQueue(q));
+        }
         // Shutdown of the process, or a drain request through the API: the same drain.
         let shutdown = shutdown.child_token();
         let journal = Journal::open(&opts.journal)?;
@@ -132,10 +151,11 @@ impl Worker {
             .map_err(|e| nats_error("dispatch stream", e))?;
         let hard_stop = CancellationToken::new();
         let in_flight = Arc::new(AtomicU32::new(0));
+        let running = delivery::Running::default();
         let mut queues = Vec::new();
         let mut consumers = Vec::new();
         for (queue, reg) in opts.handlers.iter() {
-            let consumer: PullConsumer = stream
+            let mut consumer: PullConsumer = stream
                 .get_or_create_consumer(
                     &names::worker_consumer(queue),
                     pull::Config {
@@ -149,12 +169,20 @@ impl Worker {
                 )
                 .await
                 .map_err(|e| nats_error("worker consumer", e))?;
+            let ack_wait = consumer
+                .info()
+                .await
+                .map_err(|e| nats_error("worker consumer info", e))?
+                .config
+                .ack_wait;
             let ctx = Ctx {
                 client: cluster.client.clone(),
                 reporter: reporter.clone(),
                 journal: journal.clone(),
                 queue: queue.clone(),
-                ack_wait: opts.ack_wait,
+                ack_wait,
+                beat: (ack_wait / 3).clamp(Duration::from_millis(100), MAX_BEAT),
+                running: running.clone(),
                 hard_stop: hard_stop.clone(),
             };
             let permits = Arc::new(Semaphore::new(reg.limits.concurrency.max(1)));
@@ -184,26 +212,21 @@ impl Worker {
             stopped.clone(),
         ));
         let span = tracing::info_span!("worker", worker_id = %opts.worker_id);
-        let queue_names = opts.handlers.queues();
+        // The heartbeat goes on while the worker drains: it still runs tickets.
+        let beating = tokio::spawn(heartbeat(
+            cluster.clone(),
+            WorkerInfo {
+                worker_id: opts.worker_id.clone(),
+                queues: opts.handlers.queues(),
+                heartbeat_at: chrono::Utc::now(),
+                in_flight: 0,
+            },
+            in_flight.clone(),
+            stopped.clone(),
+        ));
         Ok(tokio::spawn(
             async move {
-                let mut beat = tokio::time::interval(HEARTBEAT_EVERY);
-                loop {
-                    tokio::select! {
-                        _ = shutdown.cancelled() => break,
-                        _ = beat.tick() => {
-                            let info = WorkerInfo {
-                                worker_id: opts.worker_id.clone(),
-                                queues: queue_names.clone(),
-                                heartbeat_at: chrono::Utc::now(),
-                                in_flight: in_flight.load(Ordering::Relaxed),
-                            };
-                            if let Err(e) = cluster.heartbeat_worker(&info).await {
-                                warn!(error = %e, "worker heartbeat failed");
-                            }
-                        }
-                    }
-                }
+                shutdown.cancelled().await;
                 info!(
                     in_flight = in_flight.load(Ordering::Relaxed),
                     "worker draining"
@@ -231,12 +254,35 @@ impl Worker {
                 for c in consumers {
                     let _ = c.await;
                 }
-                let _ = cluster.forget_worker(&opts.worker_id).await;
                 stopped.cancel();
+                // No heartbeat may land after the registry entry is removed.
+                let _ = beating.await;
+                let _ = cluster.forget_worker(&opts.worker_id).await;
                 info!("worker stopped");
             }
             .instrument(span),
         ))
+    }
+}
+
+/// Records the worker in the cluster's registry every second until it has stopped.
+async fn heartbeat(
+    cluster: Cluster,
+    mut info: WorkerInfo,
+    in_flight: Arc<AtomicU32>,
+    stopped: CancellationToken,
+) {
+    let mut beat = tokio::time::interval(HEARTBEAT_EVERY);
+    loop {
+        tokio::select! {
+            _ = stopped.cancelled() => return,
+            _ = beat.tick() => {}
+        }
+        info.heartbeat_at = chrono::Utc::now();
+        info.in_flight = in_flight.load(Ordering::Relaxed);
+        if let Err(e) = cluster.heartbeat_worker(&info).await {
+            warn!(error = %e, "worker heartbeat failed");
+        }
     }
 }
 
@@ -355,13 +401,13 @@ async fn consume(
                 let _ = msg.ack_with(AckKind::Nak(None)).await;
                 continue;
             };
-            let (ctx, reg, in_flight) = (ctx.clone(), reg.clone(), in_flight.clone());
-            in_flight.fetch_add(1, Ordering::Relaxed);
+            let (ctx, reg) = (ctx.clone(), reg.clone());
+            let counted = InFlight::new(&in_flight);
             tokio::spawn(async move {
                 run::run_one(&ctx, &reg, msg).await;
-                in_flight.fetch_sub(1, Ordering::Relaxed);
                 // The context (with the journal) goes before the permit that says "done".
                 drop(ctx);
+                drop(counted);
                 drop(permit);
             });
         }
@@ -369,12 +415,29 @@ async fn consume(
 }
 
 /// Hands back tickets a fetch brought that this worker will not start, so another worker gets
-/// them now instead of after the ack wait.
+/// them now instead of after the ack wait. The fetch's pull request stays open on the server
+/// until it expires, so whatever it still brings until then is handed back too.
 async fn hand_back(mut batch: pull::Batch) {
-    let until = tokio::time::Instant::now() + Duration::from_millis(300);
+    let until = tokio::time::Instant::now() + FETCH_EXPIRES + Duration::from_secs(1);
     while let Ok(Some(m)) = tokio::time::timeout_at(until, batch.next()).await {
         if let Ok(m) = m {
             let _ = m.ack_with(AckKind::Nak(None)).await;
         }
+    }
+}
+
+/// Counts a delivery in flight for as long as it lives (a panic in its task included).
+struct InFlight(Arc<AtomicU32>);
+
+impl InFlight {
+    fn new(count: &Arc<AtomicU32>) -> InFlight {
+        count.fetch_add(1, Ordering::Relaxed);
+        InFlight(count.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }

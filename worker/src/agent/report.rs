@@ -16,8 +16,26 @@ use serde_json::Value;
 
 use crate::executor::Outcome;
 
-/// How often a final result is tried before the delivery is handed back (NAK).
+/// How often a result is tried before `store_retrying` gives up.
 const FINAL_TRIES: u32 = 5;
+/// Longest error text sent (bytes); longer ones are cut.
+pub const MAX_ERROR: usize = 4 * 1024;
+/// Longest output sent (bytes); longer ones are cut.
+pub const MAX_OUTPUT: usize = 64 * 1024;
+/// Largest checkpoint accepted (bytes of JSON): the next attempt's ticket carries it.
+pub const MAX_CHECKPOINT: usize = 64 * 1024;
+
+/// `text` cut to at most `max` bytes at a character boundary, marked when cut.
+fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…[cut {} bytes]", &text[..end], text.len() - end)
+}
 
 /// Publishes one worker's reports. Cloning shares it.
 #[derive(Clone)]
@@ -86,6 +104,12 @@ impl Reporter {
 
     /// Stores a checkpoint (a progress report carrying it).
     pub async fn checkpoint(&self, t: &Ticket, checkpoint: Value) -> Result<(), String> {
+        let size = checkpoint.to_string().len();
+        if size > MAX_CHECKPOINT {
+            return Err(format!(
+                "a checkpoint may have {MAX_CHECKPOINT} bytes of JSON, this one has {size}"
+            ));
+        }
         let mut r = self.progress(t);
         r.checkpoint = Some(checkpoint);
         self.store(&r).await
@@ -106,17 +130,13 @@ impl Reporter {
         };
         let mut r =
             TicketResult::about(ticket_id, attempt, shard, kind, &self.worker_id, Utc::now());
-        r.error = outcome.error.clone();
+        // Bounded, so a report always fits in a NATS message (1 MiB by default) with room to
+        // spare, whatever a handler or a command produced.
+        r.error = outcome.error.as_deref().map(|e| cut(e, MAX_ERROR));
         r.http_status = outcome.http_status;
-        r.output = outcome.output.clone();
+        r.output = outcome.output.as_deref().map(|o| cut(o, MAX_OUTPUT));
         r.permanent = !outcome.ok && outcome.permanent;
         r
-    }
-
-    /// Stores the final report of an attempt, tried a few times with a growing pause.
-    pub async fn finish(&self, t: &Ticket, outcome: &Outcome) -> Result<(), String> {
-        let r = self.final_report(t.ticket_id, t.attempt, t.shard, outcome);
-        self.store_retrying(&r).await
     }
 
     pub async fn store_retrying(&self, r: &TicketResult) -> Result<(), String> {
@@ -130,5 +150,18 @@ impl Reporter {
             tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
         }
         Err(last)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_texts_are_cut_at_a_character_boundary() {
+        assert_eq!(cut("short", 10), "short");
+        let long = "é".repeat(10); // 20 bytes
+        let c = cut(&long, 5);
+        assert_eq!(c, "éé…[cut 16 bytes]");
     }
 }

@@ -1,7 +1,8 @@
-//! One delivery, start to ack: read the ticket, ask the journal, run the handler with progress
-//! reports and its time limit, journal and report the outcome, then acknowledge the delivery.
-//! A message that is not a ticket is dead-lettered through its shard when its headers say which
-//! ticket it was, else terminated; it never stops the worker.
+//! One delivery, start to ack: read the ticket, decide from the journal (and, for a
+//! redelivery, the shard) whether to run it, run the handler with progress acks and its time
+//! limit, journal and report the outcome, then acknowledge the delivery. A message that is not a
+//! ticket is dead-lettered through its shard when its headers say which ticket it was, else
+//! terminated; it never stops the worker.
 
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
 use super::{
+    delivery::Delivery,
     redelivery::{self, Redelivered},
     Ctx,
 };
@@ -23,94 +25,127 @@ use crate::{
 
 /// How long a handler told to stop (timeout, drain) may take to return before it is abandoned.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long a delivery of an attempt another worker seems to be running still is handed back.
+const ALIVE_BACKOFF: Duration = Duration::from_secs(5);
 
-/// Handles one delivery. Returns when the delivery is acknowledged or handed back.
+/// What to do with a delivery.
+enum Plan {
+    Run,
+    /// Send this outcome without running (journalled earlier, or judged from the shard).
+    Report(Outcome),
+    /// Acknowledge without running: the attempt is over.
+    Skip,
+    /// Give the delivery back for a while.
+    HandBack(Duration),
+}
+
+/// Handles one delivery. Returns when the delivery is acknowledged, handed back, or (when the
+/// attempt already runs here) passed to the task running it.
 pub(super) async fn run_one(ctx: &Ctx, reg: &Registered, msg: Message) {
-    let ticket = match read_ticket(&msg) {
+    let mut ticket = match read_ticket(&msg) {
         Ok(t) => t,
         Err(reason) => return malformed(ctx, msg, reason).await,
     };
     let span =
         tracing::info_span!("ticket", ticket_id = %ticket.ticket_id, attempt = ticket.attempt);
     async {
-        let seen = match ctx.journal.begin(&ticket) {
-            Ok(seen) => seen,
-            Err(e) => {
-                // Running a ticket the journal cannot record would break the promise not to
-                // run it twice; hand it back instead.
-                warn!(error = %e, "ticket journal unusable; delivery handed back");
-                let _ = msg
-                    .ack_with(AckKind::Nak(Some(Duration::from_secs(5))))
-                    .await;
-                return;
-            }
+        let Some(claim) = ctx.running.claim(&ticket, &msg) else {
+            info!("delivered again while running here: the running task answers it");
+            let _ = msg.ack_with(AckKind::Progress).await;
+            return;
         };
-        let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
-        let seen = match seen {
-            Seen::New if delivered > 1 => match redelivery::ask(&ctx.client, &ticket).await {
-                Redelivered::Run => Seen::New,
-                Redelivered::Over => {
-                    info!(delivered, "delivery of an attempt that is over: not run");
-                    let _ = ctx.journal.release(&ticket);
-                    let _ = msg.ack().await;
+        drop(msg);
+        let delivery = &claim.delivery;
+        let outcome = match plan(ctx, &mut ticket, delivery).await {
+            Plan::Run => {
+                if let Err(e) = ctx.journal.start(&ticket) {
+                    // Running a ticket the journal cannot record would break the promise not
+                    // to run it twice; hand it back instead.
+                    warn!(error = %e, "ticket journal unusable; delivery handed back");
+                    let _ = delivery
+                        .current()
+                        .ack_with(AckKind::Nak(Some(Duration::from_secs(5))))
+                        .await;
                     return;
                 }
-                Redelivered::Orphaned { worker } => {
-                    not_run_again(ctx, "orphaned");
-                    let o = Outcome::failed(format!(
-                        "lost: worker {worker} stopped while running this attempt (delivered \
-                         again to {})",
-                        ctx.reporter.worker_id()
-                    ));
-                    Seen::Finished(o)
+                match execute(ctx, reg, &ticket, delivery).await {
+                    Some(o) => o,
+                    None => return release(ctx, &ticket, delivery).await,
                 }
-            },
-            seen => seen,
-        };
-        let outcome = match seen {
-            Seen::New => match execute(ctx, reg, &ticket, &msg).await {
-                Some(o) => o,
-                None => return release(ctx, &ticket, &msg).await,
-            },
-            Seen::Interrupted => {
-                not_run_again(ctx, "interrupted");
-                Outcome::failed(format!(
-                    "interrupted: worker {} stopped while running this attempt; it does not \
-                     run an attempt twice",
-                    ctx.reporter.worker_id()
-                ))
             }
-            Seen::Finished(o) => {
-                not_run_again(ctx, "finished");
-                o
+            Plan::Report(o) => o,
+            Plan::Skip => {
+                let _ = delivery.current().ack().await;
+                return;
+            }
+            Plan::HandBack(after) => {
+                let _ = delivery.current().ack_with(AckKind::Nak(Some(after))).await;
+                return;
             }
         };
         if let Err(e) = ctx.journal.finish(&ticket, &outcome) {
             warn!(error = %e, "outcome not journalled");
         }
-        match ctx.reporter.finish(&ticket, &outcome).await {
-            Ok(()) => {
-                let _ = ctx.journal.reported(ticket.ticket_id, ticket.attempt);
-                let _ = msg.ack().await;
-            }
-            Err(e) => {
-                // The journal has the outcome: the redelivery sends it instead of running again.
-                warn!(error = %e, "result could not be stored; the ticket will be delivered again");
-                let _ = msg
-                    .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
-                    .await;
-            }
+        if deliver(ctx, &ticket, &outcome, delivery).await {
+            let _ = ctx.journal.reported(ticket.ticket_id, ticket.attempt);
+            let _ = delivery.current().ack().await;
         }
     }
     .instrument(span)
     .await
 }
 
+/// Decides from the journal, and for a redelivery the journal does not know from the shard.
+async fn plan(ctx: &Ctx, ticket: &mut Ticket, delivery: &Delivery) -> Plan {
+    match ctx.journal.seen(ticket) {
+        Seen::Interrupted => {
+            not_run_again(ctx, "interrupted");
+            Plan::Report(Outcome::failed(format!(
+                "interrupted: worker {} stopped while running this attempt; it does not run \
+                 an attempt twice",
+                ctx.reporter.worker_id()
+            )))
+        }
+        Seen::Finished(o) => {
+            not_run_again(ctx, "finished");
+            Plan::Report(o)
+        }
+        Seen::New if delivery.delivered() > 1 => {
+            match redelivery::ask(&ctx.client, ticket, ctx.ack_wait).await {
+                Redelivered::Run { checkpoint } => {
+                    if checkpoint.is_some() {
+                        ticket.checkpoint = checkpoint;
+                    }
+                    Plan::Run
+                }
+                Redelivered::Over => {
+                    info!("delivery of an attempt that is over: not run");
+                    Plan::Skip
+                }
+                Redelivered::Alive => {
+                    info!("another worker seems to run this attempt still: handed back");
+                    Plan::HandBack(ALIVE_BACKOFF)
+                }
+                Redelivered::Orphaned { worker } => {
+                    not_run_again(ctx, "orphaned");
+                    Plan::Report(Outcome::failed(format!(
+                        "lost: worker {worker} stopped while running this attempt (delivered \
+                         again to {})",
+                        ctx.reporter.worker_id()
+                    )))
+                }
+            }
+        }
+        Seen::New => Plan::Run,
+    }
+}
+
 /// The worker stops and the handler was stopped unfinished: the shard is told the attempt is not
 /// running any more, and the delivery goes back to JetStream for another worker. The NAK waits a
 /// second so the shard has applied the release when the next worker asks about the delivery.
-async fn release(ctx: &Ctx, ticket: &Ticket, msg: &Message) {
+async fn release(ctx: &Ctx, ticket: &Ticket, delivery: &Delivery) {
     let _ = ctx.journal.release(ticket);
+    let msg = delivery.current();
     let mut r = ctx.reporter.result(ticket, ResultKind::Released);
     r.delivery = msg.info().ok().map(|i| i.delivered as u64);
     if let Err(e) = ctx.reporter.store(&r).await {
@@ -121,10 +156,47 @@ async fn release(ctx: &Ctx, ticket: &Ticket, msg: &Message) {
         .await;
 }
 
+/// Stores the final result, retrying with a growing pause while keeping the delivery alive.
+/// False when the drain grace ran out first: the delivery is left as it is (the journal has the
+/// outcome, sent when the worker starts again).
+async fn deliver(ctx: &Ctx, ticket: &Ticket, outcome: &Outcome, delivery: &Delivery) -> bool {
+    let r = ctx
+        .reporter
+        .final_report(ticket.ticket_id, ticket.attempt, ticket.shard, outcome);
+    let mut pause = Duration::from_millis(200);
+    let mut beat = tokio::time::interval(ctx.beat);
+    beat.reset();
+    loop {
+        let store = ctx.reporter.store(&r);
+        tokio::pin!(store);
+        let stored = loop {
+            tokio::select! {
+                res = &mut store => break res,
+                _ = beat.tick() => { let _ = delivery.current().ack_with(AckKind::Progress).await; }
+                _ = ctx.hard_stop.cancelled() => return false,
+            }
+        };
+        match stored {
+            Ok(()) => return true,
+            Err(e) => warn!(error = %e, "result not stored yet; trying again"),
+        }
+        let wait = tokio::time::sleep(pause);
+        tokio::pin!(wait);
+        loop {
+            tokio::select! {
+                _ = &mut wait => break,
+                _ = beat.tick() => { let _ = delivery.current().ack_with(AckKind::Progress).await; }
+                _ = ctx.hard_stop.cancelled() => return false,
+            }
+        }
+        pause = (pause * 2).min(Duration::from_secs(5));
+    }
+}
+
 fn not_run_again(ctx: &Ctx, seen: &str) {
     info!(
         seen,
-        "delivery of an attempt this worker started before: not run again"
+        "delivery of an attempt this worker will not run again"
     );
     metrics::NOT_RUN_AGAIN_TOTAL
         .with_label_values(&[ctx.queue.as_str(), seen])
@@ -142,9 +214,15 @@ fn read_ticket(msg: &Message) -> Result<Ticket, String> {
     Ok(t)
 }
 
-/// Runs the handler: reports `started`, sends progress every third of the ack wait, stops it at
-/// its time limit. `None` when the worker's drain grace ran out first.
-async fn execute(ctx: &Ctx, reg: &Registered, ticket: &Ticket, msg: &Message) -> Option<Outcome> {
+/// Runs the handler: reports `started`, acks progress (and reports it) every beat, stops it at
+/// its time limit. `None` when the worker's drain grace ran out first and the handler did not
+/// finish within the stop grace.
+async fn execute(
+    ctx: &Ctx,
+    reg: &Registered,
+    ticket: &Ticket,
+    delivery: &Delivery,
+) -> Option<Outcome> {
     let started = chrono::Utc::now();
     let late = (started - ticket.scheduled_at)
         .num_microseconds()
@@ -155,16 +233,18 @@ async fn execute(ctx: &Ctx, reg: &Registered, ticket: &Ticket, msg: &Message) ->
         .with_label_values(&[&ctx.queue])
         .observe(late);
     let mut start = ctx.reporter.result(ticket, ResultKind::Started);
-    start.delivery = msg.info().ok().map(|i| i.delivered as u64);
+    start.delivery = Some(delivery.delivered() as u64);
     let _ = ctx.reporter.send(&start).await;
 
     let cancel = CancellationToken::new();
     let job = Job::new(ticket.clone(), cancel.clone(), ctx.reporter.clone());
-    // Its own task, so a panicking handler is a failed attempt and not a dead worker.
-    let mut task = tokio::spawn(reg.handler.call(job));
+    // Its own task (the call too, so a handler that panics before returning its future is
+    // caught as well): a panic is a failed attempt, not a dead worker.
+    let handler = reg.handler.clone();
+    let mut task = tokio::spawn(async move { handler.call(job).await });
     let limit = tokio::time::sleep(time_limit(ticket));
     tokio::pin!(limit);
-    let mut beat = tokio::time::interval(ctx.ack_wait / 3);
+    let mut beat = tokio::time::interval(ctx.beat);
     beat.reset();
     let timer = std::time::Instant::now();
     let outcome = loop {
@@ -174,21 +254,26 @@ async fn execute(ctx: &Ctx, reg: &Registered, ticket: &Ticket, msg: &Message) ->
                 cancel.cancel();
                 let stopped = tokio::time::timeout(STOP_GRACE, &mut task).await;
                 task.abort();
-                let mut o = Outcome::failed(format!("timed out after {} ms", ticket.timeout_ms));
-                // An executor that stopped itself on the token may say more (its output).
-                if let Ok(Ok(own)) = stopped {
-                    o.output = own.output;
-                }
-                break o;
+                let timed_out = Outcome::failed(format!("timed out after {} ms", ticket.timeout_ms));
+                break match stopped {
+                    // Finished as it was told to stop: that outcome counts.
+                    Ok(Ok(own)) if own.ok => own,
+                    // An executor that stopped itself on the token may say more (its output).
+                    Ok(Ok(own)) => Outcome { output: own.output, ..timed_out },
+                    _ => timed_out,
+                };
             }
             _ = ctx.hard_stop.cancelled() => {
                 cancel.cancel();
-                let _ = tokio::time::timeout(STOP_GRACE, &mut task).await;
+                let stopped = tokio::time::timeout(STOP_GRACE, &mut task).await;
                 task.abort();
-                return None;
+                match stopped {
+                    Ok(Ok(own)) if own.ok => break own,
+                    _ => return None,
+                }
             }
             _ = beat.tick() => {
-                let _ = msg.ack_with(AckKind::Progress).await;
+                let _ = delivery.current().ack_with(AckKind::Progress).await;
                 // Not awaited: a lost progress report only shortens the watchdog's patience.
                 let _ = ctx.reporter.send(&ctx.reporter.progress(ticket)).await;
             }

@@ -300,18 +300,23 @@ async fn apply_one(tx: &mut Tx, r: &TicketResult, now: i64, out: &mut Applied) -
     }
 }
 
-/// Keeps a report's checkpoint for the ticket's next attempt. Only the current attempt's count:
-/// a late report of an attempt given up on must not overwrite what its successor recorded.
+/// Keeps a report's checkpoint for the ticket's next attempt. Only the current attempt's count,
+/// and only while it is open: a late report of an attempt given up on, or a copy of a final
+/// report, must not overwrite what a successor (or a replay) is to receive.
 async fn save_checkpoint(tx: &mut Tx, r: &TicketResult) -> Result<()> {
     let Some(checkpoint) = &r.checkpoint else {
         return Ok(());
     };
-    sqlx::query("UPDATE tickets SET checkpoint = $1 WHERE id = $2 AND attempt = $3")
-        .bind(checkpoint.to_string())
-        .bind(r.ticket_id.to_string())
-        .bind(r.attempt as i64)
-        .execute(&mut **tx)
-        .await?;
+    sqlx::query(
+        "UPDATE tickets SET checkpoint = $1 WHERE id = $2 AND attempt = $3 AND EXISTS \
+         (SELECT 1 FROM attempts a WHERE a.ticket_id = tickets.id AND a.attempt = tickets.attempt \
+         AND a.finished_at IS NULL)",
+    )
+    .bind(checkpoint.to_string())
+    .bind(r.ticket_id.to_string())
+    .bind(r.attempt as i64)
+    .execute(&mut **tx)
+    .await?;
     Ok(())
 }
 

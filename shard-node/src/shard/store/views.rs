@@ -140,7 +140,7 @@ impl Store {
             };
         let attempts = sqlx::query(
             "SELECT attempt, status, created_at, published_at, started_at, finished_at, worker, error, http_status, \
-             output FROM attempts WHERE ticket_id = $1 ORDER BY attempt",
+             output, heartbeat_at FROM attempts WHERE ticket_id = $1 ORDER BY attempt",
         )
         .bind(&tid)
         .fetch_all(&self.pool)
@@ -154,6 +154,7 @@ impl Store {
                 published_at: ms(r, "published_at")?,
                 started_at: ms(r, "started_at")?,
                 finished_at: ms(r, "finished_at")?,
+                progress_at: ms(r, "heartbeat_at")?,
                 worker: r.try_get("worker")?,
                 error: r.try_get("error")?,
                 http_status: r.try_get::<Option<i64>, _>("http_status")?.map(|s| s as u16),

@@ -28,6 +28,10 @@ async fn a_checkpoint_reaches_the_next_attempt_and_a_replay(db: TestDb) {
     let mut newer = report(&t, 2, ResultKind::Failed, 3000);
     newer.checkpoint = Some(json!({"rows": 20}));
     s.apply_results(&[late, newer], 3000).await.unwrap();
+    // A copy of the final report, with another checkpoint, comes after the end: ignored.
+    let mut copy = report(&t, 2, ResultKind::Failed, 3500);
+    copy.checkpoint = Some(json!({"rows": 99}));
+    s.apply_results(&[copy], 3500).await.unwrap();
     let view = s.ticket(t.ticket_id).await.unwrap().unwrap();
     assert_eq!(view.status, RunStatus::Dead);
     assert_eq!(view.checkpoint, Some(json!({"rows": 20})));
