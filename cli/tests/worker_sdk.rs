@@ -76,6 +76,14 @@ async fn handlers_by_queue_panics_permanent_failures_and_checkpoints() {
             Ok(())
         })
         .queue("explode-early", PanicsAtCall)
+        .job_type("typed", "welcome", |job: Job| async move {
+            (job.payload()["to"] == "ada")
+                .then_some(())
+                .ok_or(JobError::new("the welcome handler got another payload"))
+        })
+        .job_type("typed", "farewell", |_job: Job| async move {
+            Err(JobError::new("the farewell handler ran"))
+        })
         .queue("reject", |_job: Job| async move {
             Err(JobError::permanent("the payload can never work"))
         })
@@ -119,6 +127,22 @@ async fn handlers_by_queue_panics_permanent_failures_and_checkpoints() {
         t["attempts"][0]["error"], "handler panicked: no future for you",
         "{t}"
     );
+
+    // One queue, a handler per job type; a job type nobody handles is a dead letter at once.
+    let typed = |name: &str, job_type: &str| {
+        json!({"tenant": "acme", "name": name, "schedule": {"delay": "0s"},
+               "target": {"type": "queue", "queue": "typed", "job_type": job_type},
+               "payload": {"to": "ada"}, "retry": {"max_attempts": 3}})
+    };
+    let welcome = api.create(&typed("welcome", "welcome")).await;
+    api.ticket_of_run(&welcome, "succeeded").await;
+    let unknown = api.create(&typed("unknown", "audit")).await;
+    let t = api.ticket_of_run(&unknown, "dead").await;
+    assert_eq!(
+        t["attempts"][0]["error"], "no handler for job type \"audit\" on queue \"typed\"",
+        "{t}"
+    );
+    assert_eq!(t["attempts"].as_array().unwrap().len(), 1, "{t}");
 
     // A permanent failure is a dead letter after one attempt although five are allowed.
     let rejected = api.create(&job("rejected", "reject", json!({}), 5)).await;

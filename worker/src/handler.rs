@@ -8,7 +8,7 @@
 //! ```no_run
 //! use chronoshard_worker::{Handlers, Job, JobError};
 //!
-//! let handlers = Handlers::new().queue("emails", |job: Job| async move {
+//! let handlers = Handlers::new().job_type("emails", "welcome", |job: Job| async move {
 //!     let to = job.payload()["to"].as_str().ok_or(JobError::permanent("no `to`"))?;
 //!     let sent_so_far = job.checkpoint().and_then(|c| c["sent"].as_u64()).unwrap_or(0);
 //!     // ... send, and now and then:
@@ -159,10 +159,34 @@ impl Default for QueueLimits {
     }
 }
 
-#[derive(Clone)]
+/// What serves one queue: handlers by job type (a queue target's `job_type`), the one for the
+/// rest, and the queue's limits.
+#[derive(Clone, Default)]
 pub(crate) struct Registered {
-    pub handler: Arc<dyn Handler>,
+    pub by_type: BTreeMap<String, Arc<dyn Handler>>,
+    pub other: Option<Arc<dyn Handler>>,
     pub limits: QueueLimits,
+}
+
+impl Registered {
+    /// The handler for this ticket, or why there is none (a permanent failure: a retry would
+    /// find none either, until the worker is changed and the dead letter replayed).
+    pub fn pick(&self, t: &Ticket) -> Result<Arc<dyn Handler>, String> {
+        let job_type = match &t.target {
+            chronoshard_wire::TargetSpec::Queue { job_type, .. } => job_type.as_deref(),
+            _ => None,
+        };
+        if let Some(h) = job_type.and_then(|jt| self.by_type.get(jt)) {
+            return Ok(h.clone());
+        }
+        self.other.clone().ok_or_else(|| match job_type {
+            Some(jt) => format!("no handler for job type {jt:?} on queue {:?}", t.queue),
+            None => format!(
+                "no handler for tickets without a job type on queue {:?}",
+                t.queue
+            ),
+        })
+    }
 }
 
 /// The handlers of a worker, one per queue.
@@ -183,25 +207,44 @@ impl Handlers {
         Handlers::default()
     }
 
-    /// Executes tickets of `queue` (a job with target `{"type": "queue", "queue": ...}`) with
-    /// the default limits. A second registration for a queue replaces the first.
-    pub fn queue(self, queue: impl Into<String>, handler: impl Handler) -> Handlers {
-        self.queue_with(queue, handler, QueueLimits::default())
+    /// Executes tickets of `queue` (a job with target `{"type": "queue", "queue": ...}`) that
+    /// no `job_type` handler takes. A second registration replaces the first.
+    pub fn queue(mut self, queue: impl Into<String>, handler: impl Handler) -> Handlers {
+        self.by_queue.entry(queue.into()).or_default().other = Some(Arc::new(handler));
+        self
     }
 
+    /// `queue`, and the queue's limits.
     pub fn queue_with(
-        mut self,
+        self,
         queue: impl Into<String>,
         handler: impl Handler,
         limits: QueueLimits,
     ) -> Handlers {
-        self.by_queue.insert(
-            queue.into(),
-            Registered {
-                handler: Arc::new(handler),
-                limits,
-            },
-        );
+        let queue = queue.into();
+        self.queue(queue.clone(), handler).limits(queue, limits)
+    }
+
+    /// Executes tickets of `queue` whose target names this `job_type`
+    /// (`{"type": "queue", "queue": ..., "job_type": ...}`), as XXL-JOB routes a job to a named
+    /// handler: one queue, and one set of limits, for several kinds of work.
+    pub fn job_type(
+        mut self,
+        queue: impl Into<String>,
+        job_type: impl Into<String>,
+        handler: impl Handler,
+    ) -> Handlers {
+        self.by_queue
+            .entry(queue.into())
+            .or_default()
+            .by_type
+            .insert(job_type.into(), Arc::new(handler));
+        self
+    }
+
+    /// Concurrency and start rate of a queue (the defaults until set).
+    pub fn limits(mut self, queue: impl Into<String>, limits: QueueLimits) -> Handlers {
+        self.by_queue.entry(queue.into()).or_default().limits = limits;
         self
     }
 

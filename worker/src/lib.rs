@@ -35,7 +35,10 @@ pub(crate) fn test_ticket(attempt: u32) -> chronoshard_wire::Ticket {
         item: 0,
         items: 1,
         queue: "q".into(),
-        target: chronoshard_wire::TargetSpec::Queue { queue: "q".into() },
+        target: chronoshard_wire::TargetSpec::Queue {
+            queue: "q".into(),
+            job_type: None,
+        },
         payload: serde_json::Value::Null,
         timeout_ms: 1000,
         priority: 5,

@@ -106,8 +106,13 @@ pub enum TargetSpec {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         args: Vec<String>,
     },
-    /// Any executor consuming the named queue (see docs/protocol.md).
-    Queue { queue: String },
+    /// Any executor consuming the named queue (see docs/protocol.md). `job_type` names the kind
+    /// of work when one queue serves several (an SDK worker routes on it to its handler).
+    Queue {
+        queue: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        job_type: Option<String>,
+    },
 }
 
 fn default_method() -> String {
@@ -120,7 +125,7 @@ impl TargetSpec {
         match self {
             TargetSpec::Http { .. } => "http",
             TargetSpec::Shell { .. } => "shell",
-            TargetSpec::Queue { queue } => queue,
+            TargetSpec::Queue { queue, .. } => queue,
         }
     }
 }
@@ -464,13 +469,18 @@ impl JobSpec {
                 return Err(FieldError::new("target.command", "must not be empty"));
             }
             TargetSpec::Shell { .. } => {}
-            TargetSpec::Queue { queue } if queue == "http" || queue == "shell" => {
+            TargetSpec::Queue { queue, .. } if queue == "http" || queue == "shell" => {
                 return Err(FieldError::new(
                     "target.queue",
                     "http and shell are the built-in executors' queues: use an http or shell target",
                 ));
             }
-            TargetSpec::Queue { queue } => check_token("target.queue", queue, 64)?,
+            TargetSpec::Queue { queue, job_type } => {
+                check_token("target.queue", queue, 64)?;
+                if let Some(t) = job_type {
+                    check_token("target.job_type", t, 64)?;
+                }
+            }
         }
         if !(1..=100).contains(&self.retry.max_attempts) {
             return Err(FieldError::new("retry.max_attempts", "must be 1-100"));
@@ -526,6 +536,19 @@ mod tests {
             let e = s.validate(Utc::now()).unwrap_err();
             assert_eq!(e.field, "target.queue", "{e:?}");
         }
+    }
+
+    #[test]
+    fn a_queue_targets_job_type_is_a_token() {
+        let with = |job_type: &str| {
+            spec(serde_json::json!({"tenant": "a", "name": "n",
+                "schedule": {"at": "2026-01-01T00:00:00Z"},
+                "target": {"type": "queue", "queue": "q", "job_type": job_type}}))
+            .unwrap()
+        };
+        with("send-email").validate(Utc::now()).unwrap();
+        let e = with("send email").validate(Utc::now()).unwrap_err();
+        assert_eq!(e.field, "target.job_type", "{e:?}");
     }
 
     #[test]

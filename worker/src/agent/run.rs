@@ -223,6 +223,15 @@ async fn execute(
     ticket: &Ticket,
     delivery: &Delivery,
 ) -> Option<Outcome> {
+    let handler = match reg.pick(ticket) {
+        Ok(h) => h,
+        Err(why) => {
+            return Some(Outcome {
+                permanent: true,
+                ..Outcome::failed(why)
+            })
+        }
+    };
     let started = chrono::Utc::now();
     let late = (started - ticket.scheduled_at)
         .num_microseconds()
@@ -240,7 +249,6 @@ async fn execute(
     let job = Job::new(ticket.clone(), cancel.clone(), ctx.reporter.clone());
     // Its own task (the call too, so a handler that panics before returning its future is
     // caught as well): a panic is a failed attempt, not a dead worker.
-    let handler = reg.handler.clone();
     let mut task = tokio::spawn(async move { handler.call(job).await });
     let limit = tokio::time::sleep(time_limit(ticket));
     tokio::pin!(limit);
