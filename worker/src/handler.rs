@@ -169,8 +169,12 @@ pub(crate) struct Registered {
 }
 
 impl Registered {
-    /// The handler for this ticket, or why there is none (a permanent failure: a retry would
-    /// find none either, until the worker is changed and the dead letter replayed).
+    /// Limits set for a queue no handler was registered for (a typo, most likely).
+    pub fn is_empty(&self) -> bool {
+        self.other.is_none() && self.by_type.is_empty()
+    }
+
+    /// The handler for this ticket, or why there is none.
     pub fn pick(&self, t: &Ticket) -> Result<Arc<dyn Handler>, String> {
         let job_type = match &t.target {
             chronoshard_wire::TargetSpec::Queue { job_type, .. } => job_type.as_deref(),
@@ -189,7 +193,9 @@ impl Registered {
     }
 }
 
-/// The handlers of a worker, one per queue.
+/// The handlers of a worker: per queue, by job type and a catch-all. Every worker consuming a
+/// queue should register the same ones (they share the queue's consumer); a ticket no handler
+/// takes goes back a few times, for a worker that has one, then fails permanently.
 #[derive(Clone, Default)]
 pub struct Handlers {
     by_queue: BTreeMap<String, Registered>,

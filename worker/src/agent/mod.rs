@@ -95,6 +95,8 @@ pub enum Error {
     InvalidId(String),
     #[error("queue name {0:?} must be 1-64 characters of A-Z a-z 0-9 _ -")]
     InvalidQueue(String),
+    #[error("queue {0:?} has limits but no handler")]
+    NoHandler(String),
 }
 
 /// What every delivery of one queue shares.
@@ -137,6 +139,9 @@ impl Worker {
             .find(|q| !names::valid_worker_id(q))
         {
             return Err(Error::InvalidQueue(q));
+        }
+        if let Some((q, _)) = opts.handlers.iter().find(|(_, r)| r.is_empty()) {
+            return Err(Error::NoHandler(q.clone()));
         }
         // Shutdown of the process, or a drain request through the API: the same drain.
         let shutdown = shutdown.child_token();
@@ -389,7 +394,11 @@ async fn consume(
         };
         loop {
             let msg = tokio::select! {
-                _ = shutdown.cancelled() => return hand_back(batch).await,
+                _ = shutdown.cancelled() => {
+                    // The slots go back now: what the fetch still brings is not run here.
+                    drop(held);
+                    return hand_back(batch).await;
+                }
                 m = batch.next() => match m {
                     Some(Ok(m)) => m,
                     Some(Err(e)) => { warn!(queue = %ctx.queue, error = %e, "fetch ended"); break }
@@ -421,7 +430,8 @@ async fn hand_back(mut batch: pull::Batch) {
     let until = tokio::time::Instant::now() + FETCH_EXPIRES + Duration::from_secs(1);
     while let Ok(Some(m)) = tokio::time::timeout_at(until, batch.next()).await {
         if let Ok(m) = m {
-            let _ = m.ack_with(AckKind::Nak(None)).await;
+            // Delayed, so it does not come straight back into this still-open pull request.
+            let _ = m.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await;
         }
     }
 }
@@ -439,5 +449,40 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Handlers, Job, QueueLimits};
+
+    #[tokio::test]
+    async fn a_worker_with_a_bad_id_queue_or_handler_set_does_not_start() {
+        let nats = chronoshard_test_util::Nats::start().await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let ok = |_job: Job| async move { Ok(()) };
+        let cases = [
+            ("has.dot", Handlers::new().queue("q", ok), "worker id"),
+            ("w", Handlers::new(), "no handler registered"),
+            ("w", Handlers::new().queue("a b", ok), "queue name"),
+            (
+                "w",
+                Handlers::new()
+                    .queue("q", ok)
+                    .limits("typo", QueueLimits::default()),
+                "has limits but no handler",
+            ),
+        ];
+        for (id, handlers, says) in cases {
+            let mut opts = Options::new(id, dir.path());
+            opts.handlers = handlers;
+            let client = nats.client().await.unwrap();
+            let err = Worker::start(opts, client, CancellationToken::new())
+                .await
+                .err()
+                .unwrap_or_else(|| panic!("{id} started"));
+            assert!(err.to_string().contains(says), "{err}");
+        }
     }
 }

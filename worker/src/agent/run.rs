@@ -27,6 +27,12 @@ use crate::{
 const STOP_GRACE: Duration = Duration::from_secs(5);
 /// How long a delivery of an attempt another worker seems to be running still is handed back.
 const ALIVE_BACKOFF: Duration = Duration::from_secs(5);
+/// How long a final result is tried before the delivery is handed back.
+const DELIVER_PATIENCE: Duration = Duration::from_secs(120);
+/// A ticket whose job type this worker has no handler for goes back this long, this many
+/// times (another worker of the queue may have one), before it fails permanently.
+const NO_HANDLER_BACKOFF: Duration = Duration::from_secs(5);
+const NO_HANDLER_DELIVERIES: i64 = 5;
 
 /// What to do with a delivery.
 enum Plan {
@@ -56,7 +62,7 @@ pub(super) async fn run_one(ctx: &Ctx, reg: &Registered, msg: Message) {
         };
         drop(msg);
         let delivery = &claim.delivery;
-        let outcome = match plan(ctx, &mut ticket, delivery).await {
+        let outcome = match plan(ctx, reg, &mut ticket, delivery).await {
             Plan::Run => {
                 if let Err(e) = ctx.journal.start(&ticket) {
                     // Running a ticket the journal cannot record would break the promise not
@@ -87,8 +93,7 @@ pub(super) async fn run_one(ctx: &Ctx, reg: &Registered, msg: Message) {
             warn!(error = %e, "outcome not journalled");
         }
         if deliver(ctx, &ticket, &outcome, delivery).await {
-            let _ = ctx.journal.reported(ticket.ticket_id, ticket.attempt);
-            let _ = delivery.current().ack().await;
+            acknowledge(ctx, &ticket, delivery).await;
         }
     }
     .instrument(span)
@@ -96,8 +101,23 @@ pub(super) async fn run_one(ctx: &Ctx, reg: &Registered, msg: Message) {
 }
 
 /// Decides from the journal, and for a redelivery the journal does not know from the shard.
-async fn plan(ctx: &Ctx, ticket: &mut Ticket, delivery: &Delivery) -> Plan {
-    match ctx.journal.seen(ticket) {
+async fn plan(ctx: &Ctx, reg: &Registered, ticket: &mut Ticket, delivery: &Delivery) -> Plan {
+    let seen = ctx.journal.seen(ticket);
+    if seen == Seen::New {
+        if let Err(why) = reg.pick(ticket) {
+            // Workers of a queue share its consumer; one being upgraded may lack a handler
+            // that the others have.
+            if delivery.delivered() < NO_HANDLER_DELIVERIES {
+                info!(%why, "no handler here: handed back");
+                return Plan::HandBack(NO_HANDLER_BACKOFF);
+            }
+            return Plan::Report(Outcome {
+                permanent: true,
+                ..Outcome::failed(why)
+            });
+        }
+    }
+    match seen {
         Seen::Interrupted => {
             not_run_again(ctx, "interrupted");
             Plan::Report(Outcome::failed(format!(
@@ -157,39 +177,60 @@ async fn release(ctx: &Ctx, ticket: &Ticket, delivery: &Delivery) {
 }
 
 /// Stores the final result, retrying with a growing pause while keeping the delivery alive.
-/// False when the drain grace ran out first: the delivery is left as it is (the journal has the
-/// outcome, sent when the worker starts again).
+/// Gives up (false) after `DELIVER_PATIENCE`, or `STOP_GRACE` after the drain grace ran out:
+/// the journal keeps the outcome, so whoever gets the delivery again here sends it instead of
+/// running the work, and a restart sends it too.
 async fn deliver(ctx: &Ctx, ticket: &Ticket, outcome: &Outcome, delivery: &Delivery) -> bool {
     let r = ctx
         .reporter
         .final_report(ticket.ticket_id, ticket.attempt, ticket.shard, outcome);
+    let give_up = tokio::time::sleep(DELIVER_PATIENCE);
+    tokio::pin!(give_up);
+    // After the drain grace: a little longer, then stop.
+    let stopping = async {
+        ctx.hard_stop.cancelled().await;
+        tokio::time::sleep(STOP_GRACE).await;
+    };
+    tokio::pin!(stopping);
     let mut pause = Duration::from_millis(200);
     let mut beat = tokio::time::interval(ctx.beat);
     beat.reset();
     loop {
-        let store = ctx.reporter.store(&r);
-        tokio::pin!(store);
+        let (report, wait) = (&r, pause);
+        let attempt = async move {
+            if let Err(e) = ctx.reporter.store(report).await {
+                warn!(error = %e, "result not stored yet; trying again");
+                tokio::time::sleep(wait).await;
+                return false;
+            }
+            true
+        };
+        tokio::pin!(attempt);
         let stored = loop {
             tokio::select! {
-                res = &mut store => break res,
+                ok = &mut attempt => break ok,
                 _ = beat.tick() => { let _ = delivery.current().ack_with(AckKind::Progress).await; }
-                _ = ctx.hard_stop.cancelled() => return false,
+                _ = &mut give_up => {
+                    warn!("result not stored for {DELIVER_PATIENCE:?}: delivery handed back");
+                    let _ = delivery.current().ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await;
+                    return false;
+                }
+                _ = &mut stopping => return false,
             }
         };
-        match stored {
-            Ok(()) => return true,
-            Err(e) => warn!(error = %e, "result not stored yet; trying again"),
-        }
-        let wait = tokio::time::sleep(pause);
-        tokio::pin!(wait);
-        loop {
-            tokio::select! {
-                _ = &mut wait => break,
-                _ = beat.tick() => { let _ = delivery.current().ack_with(AckKind::Progress).await; }
-                _ = ctx.hard_stop.cancelled() => return false,
-            }
+        if stored {
+            return true;
         }
         pause = (pause * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// Acknowledges the delivery of a reported attempt and, once the server confirmed the ack,
+/// lets the journal forget the attempt. An ack that may be lost leaves the outcome journalled,
+/// so a redelivery here sends it again rather than running the work.
+async fn acknowledge(ctx: &Ctx, ticket: &Ticket, delivery: &Delivery) {
+    if delivery.current().double_ack().await.is_ok() {
+        let _ = ctx.journal.reported(ticket.ticket_id, ticket.attempt);
     }
 }
 
@@ -225,12 +266,8 @@ async fn execute(
 ) -> Option<Outcome> {
     let handler = match reg.pick(ticket) {
         Ok(h) => h,
-        Err(why) => {
-            return Some(Outcome {
-                permanent: true,
-                ..Outcome::failed(why)
-            })
-        }
+        // `plan` checked; a handler cannot disappear in between.
+        Err(why) => return Some(Outcome::failed(why)),
     };
     let started = chrono::Utc::now();
     let late = (started - ticket.scheduled_at)
