@@ -1,5 +1,6 @@
 //! The `chronoshard` command's subcommands. Each one composes library components; none holds
 //! logic of its own beyond wiring, so tests start exactly what users start.
 
+pub mod config;
 pub mod dev;
 pub mod worker;

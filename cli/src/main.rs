@@ -2,8 +2,12 @@
 
 use std::{net::SocketAddr, path::PathBuf};
 
-use chronoshard::dev::{DevOptions, Platform};
-use clap::{Parser, Subcommand};
+use chronoshard::{
+    config,
+    dev::{DevOptions, Platform},
+    worker::WorkerFile,
+};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -50,7 +54,7 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let cli = parse()?;
     chronoshard_telemetry::init_logging(
         std::env::var("CHRONOSHARD_LOG_JSON").is_ok_and(|v| v == "1"),
     );
@@ -88,6 +92,9 @@ async fn main() -> anyhow::Result<()> {
             platform.stop().await?;
             println!("stopped");
         }
+        Command::Worker(args) if args.dump_config => {
+            print!("{}", toml::to_string(&WorkerFile::of(&args))?);
+        }
         Command::Worker(args) => {
             let shutdown = tokio_util::sync::CancellationToken::new();
             let stop = shutdown.clone();
@@ -99,6 +106,18 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Parses the command line, with a role's config file (if any) as the defaults of its flags.
+fn parse() -> anyhow::Result<Cli> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut cmd = Cli::command();
+    if let Some(path) = config::path_for("worker", &args) {
+        let file: WorkerFile = config::load(&path)?;
+        cmd = cmd.mut_subcommand("worker", |c| config::with_defaults(c, file.as_defaults()));
+    }
+    let matches = cmd.get_matches_from(args);
+    Ok(Cli::from_arg_matches(&matches)?)
 }
 
 async fn shutdown_signal() {

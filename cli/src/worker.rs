@@ -1,19 +1,30 @@
 //! `chronoshard worker`: one worker process serving the built-in executors (`http`, and `shell`
 //! when enabled) against a running platform's NATS. SIGTERM or Ctrl-C drains it: no new tickets,
 //! in-flight ones finish and report within the grace, the rest go back to JetStream, exit 0.
+//! Settings come from flags, `CHRONOSHARD_*` variables and a TOML file (`crate::config`);
+//! `--dump-config` prints the result as such a file.
 
 use std::{path::PathBuf, time::Duration};
 
 use anyhow::Context;
+use chronoshard_wire::duration::Dur;
 use chronoshard_worker::{
     executor::{shell::ShellOptions, ssrf::SsrfGuard, Builtins},
     Handlers, Options, QueueLimits, Worker,
 };
+use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 /// Flags of `chronoshard worker` (each also read from a `CHRONOSHARD_*` variable).
 #[derive(clap::Args, Debug, Clone)]
 pub struct WorkerArgs {
+    /// A TOML file with these settings (keys as the flags, `_` for `-`); flags and variables
+    /// override it.
+    #[arg(long, env = "CHRONOSHARD_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Print the settings in effect as a TOML config file and exit.
+    #[arg(long)]
+    pub dump_config: bool,
     /// NATS server URL of the platform.
     #[arg(
         long,
@@ -79,6 +90,85 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     s.parse::<chronoshard_wire::duration::Dur>()
         .map(|d| d.0)
         .map_err(|e| e.to_string())
+}
+
+/// `chronoshard worker`'s config file: every flag, by the flag's name with `_` for `-`.
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerFile {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nats: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drain_grace: Option<Dur>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_allow: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shell: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shell_allow: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shell_cpu_seconds: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shell_memory_mb: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shell_open_files: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shell_output_limit: Option<u32>,
+}
+
+impl WorkerFile {
+    /// The file's settings as defaults of the flags (arg id → values).
+    pub fn as_defaults(&self) -> Vec<(&'static str, Vec<String>)> {
+        fn one(v: &Option<impl ToString>) -> Option<Vec<String>> {
+            v.as_ref().map(|v| vec![v.to_string()])
+        }
+        let path = self.data.as_ref().map(|d| vec![d.display().to_string()]);
+        [
+            ("nats", one(&self.nats)),
+            ("id", one(&self.id)),
+            ("data", path),
+            ("concurrency", one(&self.concurrency)),
+            ("rate", one(&self.rate)),
+            ("drain_grace", one(&self.drain_grace)),
+            ("http_allow", self.http_allow.clone()),
+            ("shell", one(&self.shell)),
+            ("shell_allow", self.shell_allow.clone()),
+            ("shell_cpu_seconds", one(&self.shell_cpu_seconds)),
+            ("shell_memory_mb", one(&self.shell_memory_mb)),
+            ("shell_open_files", one(&self.shell_open_files)),
+            ("shell_output_limit", one(&self.shell_output_limit)),
+        ]
+        .into_iter()
+        .filter_map(|(id, v)| Some((id, v?)))
+        .collect()
+    }
+
+    /// The settings in effect, as a file.
+    pub fn of(a: &WorkerArgs) -> WorkerFile {
+        WorkerFile {
+            nats: Some(a.nats.clone()),
+            id: Some(a.id.clone()),
+            data: Some(a.data.clone()),
+            concurrency: Some(a.concurrency),
+            rate: a.rate,
+            drain_grace: Some(Dur(a.drain_grace)),
+            http_allow: Some(a.http_allow.clone()),
+            shell: Some(a.shell),
+            shell_allow: Some(a.shell_allow.clone()),
+            shell_cpu_seconds: Some(a.shell_cpu_seconds),
+            shell_memory_mb: Some(a.shell_memory_mb),
+            shell_open_files: Some(a.shell_open_files),
+            shell_output_limit: Some(a.shell_output_limit),
+        }
+    }
 }
 
 impl WorkerArgs {
