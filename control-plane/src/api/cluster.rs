@@ -44,6 +44,11 @@ pub async fn list_shards(State(state): State<AppState>) -> Result<Json<ShardMap>
     }))
 }
 
+/// Seconds since `t` (0 for a time ahead of this clock), as the registry views show ages.
+pub(super) fn age_s(t: chrono::DateTime<Utc>) -> f64 {
+    (Utc::now() - t).num_milliseconds().max(0) as f64 / 1000.0
+}
+
 /// Shard nodes with a live heartbeat.
 #[utoipa::path(get, path = "/v1/nodes", tag = "cluster", responses((status = 200, body = NodeList)),
     security(("bearer" = [])))]
@@ -55,8 +60,7 @@ pub async fn list_nodes(State(state): State<AppState>) -> Result<Json<NodeList>,
         .map_err(|e| ApiError::Unavailable(e.to_string()))?
         .into_iter()
         .map(|n| NodeView {
-            heartbeat_age_s: (Utc::now() - n.heartbeat_at).num_milliseconds().max(0) as f64
-                / 1000.0,
+            heartbeat_age_s: age_s(n.heartbeat_at),
             node_id: n.node_id,
             shards: n.shards,
             started_at: n.started_at,

@@ -7,7 +7,6 @@ use axum::{
     http::StatusCode,
     Json,
 };
-use chrono::Utc;
 use chronoshard_wire::{names, rpc::DrainReply};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -44,8 +43,7 @@ pub async fn list_workers(State(state): State<AppState>) -> Result<Json<WorkerLi
         .map_err(|e| ApiError::Unavailable(e.to_string()))?
         .into_iter()
         .map(|w| WorkerView {
-            heartbeat_age_s: (Utc::now() - w.heartbeat_at).num_milliseconds().max(0) as f64
-                / 1000.0,
+            heartbeat_age_s: super::cluster::age_s(w.heartbeat_at),
             worker_id: w.worker_id,
             queues: w.queues,
             in_flight: w.in_flight,

@@ -58,13 +58,10 @@ pub fn worker_drain_subject(worker_id: &str) -> String {
     format!("chronoshard.workers.{worker_id}.drain")
 }
 
-/// Whether `id` can name a worker: 1-64 of `A-Z a-z 0-9 _ -`, so it is one NATS subject token
-/// and one file name.
+/// Whether `id` can name a worker (or a queue): the job spec's token rule (1-64 of
+/// `A-Z a-z 0-9 _ -`), so it is one NATS subject token and one file name.
 pub fn valid_worker_id(id: &str) -> bool {
-    (1..=64).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    crate::job::check_token("id", id, 64).is_ok()
 }
 
 /// Durable consumer name of the workers of one queue.
