@@ -3,4 +3,5 @@
 
 pub mod config;
 pub mod dev;
+pub mod node;
 pub mod worker;

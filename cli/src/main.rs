@@ -5,6 +5,7 @@ use std::{net::SocketAddr, path::PathBuf};
 use chronoshard::{
     config,
     dev::{DevOptions, Platform},
+    node::NodeFile,
     worker::WorkerFile,
 };
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -50,6 +51,10 @@ enum Command {
     /// Run one worker against a platform's NATS: the built-in `http` executor, and `shell` when
     /// enabled. SIGTERM drains it (in-flight tickets finish within the grace) and exits 0.
     Worker(chronoshard::worker::WorkerArgs),
+    /// Run one shard node against a platform's NATS: it owns the shards the control plane assigns
+    /// to it, in SQLite files under DATA/shards (the directory of `chronoshard dev --data DATA`)
+    /// or in PostgreSQL. SIGTERM closes its shards and deregisters it; exit 0.
+    ShardNode(chronoshard::node::ShardNodeArgs),
 }
 
 #[tokio::main]
@@ -104,6 +109,21 @@ async fn main() -> anyhow::Result<()> {
             });
             chronoshard::worker::run(args, shutdown).await?;
         }
+        Command::ShardNode(args) if args.dump_config => {
+            args.options()?;
+            print!("{}", toml::to_string(&NodeFile::of(&args))?);
+        }
+        Command::ShardNode(args) => {
+            let shutdown = tokio_util::sync::CancellationToken::new();
+            // Listening before the node says it is ready, so a SIGTERM right after is a stop.
+            let signal = shutdown_signal();
+            let stop = shutdown.clone();
+            tokio::spawn(async move {
+                signal.await;
+                stop.cancel();
+            });
+            chronoshard::node::run(args, shutdown).await?;
+        }
     }
     Ok(())
 }
@@ -112,19 +132,36 @@ async fn main() -> anyhow::Result<()> {
 fn parse() -> anyhow::Result<Cli> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let mut cmd = Cli::command();
-    if let Some(path) = config::path_for("worker", &args) {
-        let file: WorkerFile = config::load(&path)?;
-        cmd = cmd.mut_subcommand("worker", |c| config::with_defaults(c, file.as_defaults()));
+    // Only the subcommand given reads a file (a flag's value may spell another's name).
+    match args.get(1).and_then(|a| a.to_str()) {
+        Some(sub @ "worker") => {
+            if let Some(path) = config::path_for(sub, &args) {
+                let file: WorkerFile = config::load(&path)?;
+                cmd = cmd.mut_subcommand(sub, |c| config::with_defaults(c, file.as_defaults()));
+            }
+        }
+        Some(sub @ "shard-node") => {
+            if let Some(path) = config::path_for(sub, &args) {
+                let file: NodeFile = config::load(&path)?;
+                cmd = cmd.mut_subcommand(sub, |c| config::with_defaults(c, file.as_defaults()));
+            }
+        }
+        _ => {}
     }
     let matches = cmd.get_matches_from(args);
     Ok(Cli::from_arg_matches(&matches)?)
 }
 
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+/// SIGINT (Ctrl-C) or SIGTERM. The handlers are installed when this is called, not when the
+/// future is first polled, so a signal that comes in between is not lost.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
     }
 }
