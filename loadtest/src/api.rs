@@ -1,0 +1,159 @@
+//! The platform's REST API as the load test uses it: create and delete jobs, read runs and nodes.
+//! Only the public contract (DESIGN.md §4); no knowledge of shards or databases.
+
+use std::time::Duration;
+
+use chronoshard_wire::RunView;
+use serde::Deserialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{what}: {source}")]
+    Http {
+        what: String,
+        source: reqwest::Error,
+    },
+    #[error("{what}: HTTP {status}: {body}")]
+    Status {
+        what: String,
+        status: u16,
+        body: String,
+    },
+}
+
+/// A REST client with the admin token; cheap to clone (one connection pool).
+#[derive(Clone, Debug)]
+pub struct Api {
+    base: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+#[derive(Debug, Deserialize)]
+struct Created {
+    id: Uuid,
+}
+
+#[derive(Debug, Deserialize)]
+struct RunPage {
+    runs: Vec<RunView>,
+    next_before: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl Api {
+    pub fn new(base: &str, token: &str) -> Api {
+        Api {
+            base: base.trim_end_matches('/').to_string(),
+            token: token.to_string(),
+            http: reqwest::Client::builder()
+                .pool_max_idle_per_host(1024)
+                .timeout(Duration::from_secs(30))
+                .build()
+                .expect("a reqwest client with default TLS settings builds"),
+        }
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    async fn send(
+        &self,
+        what: impl Fn() -> String,
+        req: reqwest::RequestBuilder,
+    ) -> Result<String, ApiError> {
+        let resp = req
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|source| ApiError::Http {
+                what: what(),
+                source,
+            })?;
+        let status = resp.status().as_u16();
+        let body = resp.text().await.map_err(|source| ApiError::Http {
+            what: what(),
+            source,
+        })?;
+        if !(200..300).contains(&status) {
+            return Err(ApiError::Status {
+                what: what(),
+                status,
+                body,
+            });
+        }
+        Ok(body)
+    }
+
+    /// `POST /v1/jobs`; the job's id.
+    pub async fn create_job(&self, spec: &Value) -> Result<Uuid, ApiError> {
+        let req = self.http.post(format!("{}/v1/jobs", self.base)).json(spec);
+        let body = self.send(|| "create job".into(), req).await?;
+        let created: Created = serde_json::from_str(&body).map_err(|e| ApiError::Status {
+            what: format!("create job: unexpected answer ({e})"),
+            status: 201,
+            body,
+        })?;
+        Ok(created.id)
+    }
+
+    pub async fn delete_job(&self, id: Uuid) -> Result<(), ApiError> {
+        let req = self.http.delete(format!("{}/v1/jobs/{id}", self.base));
+        self.send(|| format!("delete job {id}"), req).await?;
+        Ok(())
+    }
+
+    /// Every run of a job, all pages.
+    pub async fn runs(&self, id: Uuid) -> Result<Vec<RunView>, ApiError> {
+        let mut all = Vec::new();
+        let mut before: Option<String> = None;
+        loop {
+            let mut url = format!("{}/v1/jobs/{id}/runs?limit=500", self.base);
+            if let Some(b) = &before {
+                url.push_str(&format!("&before={b}"));
+            }
+            let body = self
+                .send(|| format!("runs of job {id}"), self.http.get(url))
+                .await?;
+            let page: RunPage = serde_json::from_str(&body).map_err(|e| ApiError::Status {
+                what: format!("runs of job {id}: unexpected answer ({e})"),
+                status: 200,
+                body,
+            })?;
+            all.extend(page.runs);
+            match page.next_before {
+                Some(b) => {
+                    before = Some(b.to_rfc3339_opts(chrono::SecondsFormat::Micros, true));
+                    // `+` must not become a space in the query string.
+                    before = before.map(|b| b.replace('+', "%2B"));
+                }
+                None => return Ok(all),
+            }
+        }
+    }
+
+    /// `GET /v1/nodes` as JSON.
+    pub async fn nodes(&self) -> Result<Value, ApiError> {
+        let body = self
+            .send(
+                || "list nodes".into(),
+                self.http.get(format!("{}/v1/nodes", self.base)),
+            )
+            .await?;
+        serde_json::from_str(&body).map_err(|e| ApiError::Status {
+            what: format!("list nodes: unexpected answer ({e})"),
+            status: 200,
+            body,
+        })
+    }
+
+    /// `GET /readyz` answered 200.
+    pub async fn ready(&self) -> bool {
+        matches!(
+            self.http.get(format!("{}/readyz", self.base)).send().await,
+            Ok(r) if r.status().is_success()
+        )
+    }
+}

@@ -1,0 +1,345 @@
+//! The platform under test and the processes this run manages: either a platform already running
+//! (`--url`, `--token`, `--nats`) or one started here from the `chronoshard` binary
+//! (`chronoshard dev`, plus separate `chronoshard shard-node` processes that the `fault` scenario
+//! can kill), and the no-op worker processes. It starts, kills (SIGKILL) and stops processes; it
+//! does not measure anything.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
+
+use anyhow::{bail, Context};
+use nix::{sys::signal::Signal, unistd::Pid};
+use tokio::{
+    io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
+    process::{Child, Command},
+};
+
+use crate::probe::{noop::NoopWorkerArgs, procs::Watched};
+
+/// How to start a platform.
+#[derive(Clone, Debug)]
+pub struct SpawnOptions {
+    /// The `chronoshard` binary.
+    pub chronoshard: PathBuf,
+    /// Everything of this run goes under here (data dirs, logs).
+    pub dir: PathBuf,
+    /// Shard nodes inside `chronoshard dev`.
+    pub dev_nodes: usize,
+    /// Shard nodes as their own `chronoshard shard-node` processes (killable).
+    pub node_processes: usize,
+    /// `chronoshard dev`'s own workers (they execute `http` targets).
+    pub dev_workers: usize,
+    pub shards: u32,
+}
+
+/// A managed child process.
+#[derive(Debug)]
+pub struct Proc {
+    pub name: String,
+    pub child: Child,
+    /// What it was started with, to start it again after a kill.
+    cmd: Vec<String>,
+    log: PathBuf,
+}
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.child.id().unwrap_or(0)
+    }
+}
+
+#[derive(Debug)]
+pub struct Platform {
+    pub url: String,
+    pub token: String,
+    pub nats_url: String,
+    pub nats_version: String,
+    pub spawned: bool,
+    pub shard_nodes: usize,
+    dev: Option<Proc>,
+    pub nodes: Vec<Proc>,
+    pub workers: Vec<Proc>,
+    pub watched: Watched,
+    dir: PathBuf,
+}
+
+impl Platform {
+    /// A platform someone else runs. Only the workers this run starts are its own.
+    pub fn external(url: &str, token: &str, nats_url: &str, dir: &Path) -> Platform {
+        Platform {
+            url: url.trim_end_matches('/').to_string(),
+            token: token.to_string(),
+            nats_url: nats_url.to_string(),
+            nats_version: String::new(),
+            spawned: false,
+            shard_nodes: 0,
+            dev: None,
+            nodes: Vec::new(),
+            workers: Vec::new(),
+            watched: Watched::default(),
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// Starts `chronoshard dev` (and the node processes) and waits until it is ready.
+    pub async fn spawn(opts: &SpawnOptions) -> anyhow::Result<Platform> {
+        std::fs::create_dir_all(&opts.dir)?;
+        let data = opts.dir.join("platform");
+        let cmd = vec![
+            "dev".to_string(),
+            "--data".into(),
+            data.display().to_string(),
+            "--http".into(),
+            "127.0.0.1:0".into(),
+            "--shard-nodes".into(),
+            opts.dev_nodes.to_string(),
+            "--workers".into(),
+            opts.dev_workers.to_string(),
+            "--shards".into(),
+            opts.shards.to_string(),
+            "--token".into(),
+            "loadtest-admin".into(),
+        ];
+        let (dev, lines) = start(
+            &opts.chronoshard,
+            "chronoshard dev",
+            cmd,
+            &opts.dir.join("dev.log"),
+            "press Ctrl-C to stop",
+            Duration::from_secs(90),
+        )
+        .await?;
+        let field = |key: &str| {
+            lines
+                .iter()
+                .find_map(|l| l.trim().strip_prefix(key).map(|v| v.trim().to_string()))
+                .with_context(|| format!("`chronoshard dev` did not print `{key}`"))
+        };
+        let url = field("url:")?;
+        let token = field("token:")?;
+        // `nats:   nats://127.0.0.1:4222 (nats-server 2.15.1)`
+        let nats = field("nats:")?;
+        let (nats_url, version) = nats.split_once(' ').unwrap_or((&nats, ""));
+        let mut platform = Platform {
+            url,
+            token,
+            nats_url: nats_url.to_string(),
+            nats_version: version
+                .trim_matches(|c| c == '(' || c == ')')
+                .trim_start_matches("nats-server ")
+                .to_string(),
+            spawned: true,
+            shard_nodes: opts.dev_nodes + opts.node_processes,
+            dev: None,
+            nodes: Vec::new(),
+            workers: Vec::new(),
+            watched: Watched::default(),
+            dir: opts.dir.clone(),
+        };
+        platform.watch("chronoshard dev", dev.pid());
+        for (name, pid) in crate::probe::procs::children(dev.pid()) {
+            platform.watch(&name, pid);
+        }
+        platform.dev = Some(dev);
+        for i in 1..=opts.node_processes {
+            let id = format!("lt-node-{i}");
+            let cmd = vec![
+                "shard-node".to_string(),
+                "--nats".into(),
+                platform.nats_url.clone(),
+                "--node-id".into(),
+                id.clone(),
+                "--data".into(),
+                data.display().to_string(),
+            ];
+            let (node, _) = start(
+                &opts.chronoshard,
+                &id,
+                cmd,
+                &opts.dir.join(format!("{id}.log")),
+                "is ready",
+                Duration::from_secs(30),
+            )
+            .await?;
+            platform.watch(&id, node.pid());
+            platform.nodes.push(node);
+        }
+        Ok(platform)
+    }
+
+    fn watch(&self, name: &str, pid: u32) {
+        if let Ok(mut w) = self.watched.lock() {
+            w.push((name.to_string(), pid));
+        }
+    }
+
+    /// Starts a no-op worker process (this binary's `noop-worker` command) and waits until it
+    /// consumes.
+    pub async fn start_worker(&mut self, args: &NoopWorkerArgs) -> anyhow::Result<()> {
+        let exe = std::env::current_exe().context("cannot find this program's own path")?;
+        let cmd = vec![
+            "noop-worker".to_string(),
+            "--nats".into(),
+            args.nats.clone(),
+            "--id".into(),
+            args.id.clone(),
+            "--queue".into(),
+            args.queue.clone(),
+            "--data".into(),
+            args.data.display().to_string(),
+            "--log".into(),
+            args.log.display().to_string(),
+            "--concurrency".into(),
+            args.concurrency.to_string(),
+            "--ack-wait".into(),
+            args.ack_wait.to_string(),
+        ];
+        let log = self.dir.join(format!("{}.log", args.id));
+        let (proc, _) = start(&exe, &args.id, cmd, &log, "ready", Duration::from_secs(30)).await?;
+        self.watch(&args.id, proc.pid());
+        self.workers.push(proc);
+        Ok(())
+    }
+
+    /// SIGKILLs worker `i` and starts it again with the same id and journal; returns the killed
+    /// process's `<id>/<pid>` (how its starts are labelled).
+    pub async fn kill_and_restart_worker(&mut self, i: usize) -> anyhow::Result<String> {
+        let old = self.workers.get_mut(i).context("no such worker")?;
+        let label = format!("{}/{}", old.name, old.pid());
+        old.child.kill().await?;
+        let exe = std::env::current_exe()?;
+        let (proc, _) = start(
+            &exe,
+            &old.name,
+            old.cmd.clone(),
+            &old.log,
+            "ready",
+            Duration::from_secs(30),
+        )
+        .await?;
+        self.watch(&proc.name, proc.pid());
+        self.workers[i] = proc;
+        Ok(label)
+    }
+
+    /// SIGKILLs shard node process `i` (not restarted: its shards must move to the others).
+    pub async fn kill_node(&mut self, i: usize) -> anyhow::Result<String> {
+        let node = self
+            .nodes
+            .get_mut(i)
+            .context("no shard node process to kill")?;
+        node.child.kill().await?;
+        Ok(node.name.clone())
+    }
+
+    /// Stops every process this run started: workers first (they drain), then nodes, then dev.
+    pub async fn stop(mut self) {
+        let mut all: Vec<Proc> = self.workers.drain(..).collect();
+        all.append(&mut self.nodes);
+        all.extend(self.dev.take());
+        for mut p in all {
+            terminate(&mut p.child, Duration::from_secs(30)).await;
+        }
+    }
+}
+
+/// SIGTERM, then SIGKILL if it has not exited within `grace`.
+async fn terminate(child: &mut Child, grace: Duration) {
+    if let Some(pid) = child.id() {
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
+    }
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        let _ = child.kill().await;
+    }
+}
+
+/// Starts `program cmd…` with stdout and stderr copied to `log`, and waits (up to `timeout`) for
+/// a stdout line containing `ready` (no wait when empty). Returns the process and the stdout
+/// lines read until then.
+async fn start(
+    program: &Path,
+    name: &str,
+    cmd: Vec<String>,
+    log: &Path,
+    ready: &str,
+    timeout: Duration,
+) -> anyhow::Result<(Proc, Vec<String>)> {
+    let err = std::fs::File::create(log.with_extension("stderr.log"))?;
+    let mut child = Command::new(program)
+        .args(&cmd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(err)
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("cannot start {} ({name})", program.display()))?;
+    let stdout = child.stdout.take().context("no stdout pipe")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let mut out = tokio::fs::File::create(log).await?;
+    let mut seen = Vec::new();
+    if !ready.is_empty() {
+        let wait = async {
+            while let Some(line) = lines.next_line().await? {
+                out.write_all(format!("{line}\n").as_bytes()).await?;
+                let done = line.contains(ready);
+                seen.push(line);
+                if done {
+                    return Ok(true);
+                }
+            }
+            Ok::<bool, std::io::Error>(false)
+        };
+        match tokio::time::timeout(timeout, wait).await {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) | Ok(Err(_)) => bail!(
+                "{name} exited before it was ready; see {} and its .stderr.log",
+                log.display()
+            ),
+            Err(_) => bail!("{name} not ready after {timeout:?}; see {}", log.display()),
+        }
+    }
+    // Keep draining its output (it logs to stdout) so it never blocks on a full pipe.
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if out.write_all(format!("{line}\n").as_bytes()).await.is_err() {
+                break;
+            }
+        }
+    });
+    Ok((
+        Proc {
+            name: name.to_string(),
+            child,
+            cmd,
+            log: log.to_path_buf(),
+        },
+        seen,
+    ))
+}
+
+/// The `chronoshard` binary: the given path, else the one built next to this program, else the
+/// one on `PATH`.
+pub fn find_chronoshard(given: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = given {
+        return Ok(p.to_path_buf());
+    }
+    let sibling = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.join("chronoshard")))
+        .filter(|p| p.is_file());
+    if let Some(p) = sibling {
+        return Ok(p);
+    }
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join("chronoshard"))
+            .find(|p| p.is_file())
+    });
+    on_path.context(
+        "no `chronoshard` binary found next to this program or on PATH: build it with \
+         `cargo build --release -p chronoshard`, or pass --chronoshard PATH",
+    )
+}

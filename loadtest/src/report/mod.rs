@@ -1,0 +1,222 @@
+//! What one run found, as data: the JSON result (`report.json`, this module's types serialized)
+//! and the HTML report rendered from the same value (`html.rs`). Nothing here measures anything;
+//! the runner fills these in from the probes, so the JSON and the HTML can never disagree.
+//!
+//! Times are milliseconds (`_ms`) or seconds (`_s`) as named; instants are RFC 3339 UTC.
+//! The layout is versioned (`version`); fields are only ever added.
+
+pub mod html;
+pub mod text;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// Bumped when a field changes meaning or goes away (adding one does not bump it).
+pub const VERSION: u32 = 1;
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Report {
+    pub version: u32,
+    pub run_id: String,
+    /// `burst`, `spread`, `cron-fleet`, `tenants`, `fault` or `raw`.
+    pub scenario: String,
+    /// The command line's scenario settings, as given.
+    pub params: serde_json::Value,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+    pub machine: Machine,
+    pub platform: PlatformInfo,
+    /// Creating the jobs through `POST /v1/jobs` (absent for `raw`).
+    pub create: Option<CreateStats>,
+    /// Scheduled time → ticket published on the dispatch stream (seen by a NATS subscriber).
+    pub fire: Option<PhaseStats>,
+    /// Scheduled time → executor start (the no-op queue handler, or the HTTP sink).
+    pub start: Option<PhaseStats>,
+    /// Fire → executor → result recorded by the shard.
+    pub end_to_end: Option<Throughput>,
+    pub correctness: Option<Correctness>,
+    /// The same machine's JetStream ceiling, measured in this run (`--raw`, or the `raw` scenario).
+    pub raw: Option<RawStats>,
+    /// Platform figures as a fraction of the raw ceiling (1.0 = as fast as bare JetStream).
+    pub ratios: Vec<Ratio>,
+    pub processes: Vec<ProcessStats>,
+    pub timeline: Timeline,
+    pub fire_histogram: Option<Histogram>,
+    pub start_histogram: Option<Histogram>,
+    /// What the run did to the platform and when (faults, phases), for the plots' annotations.
+    pub events: Vec<Event>,
+    /// Each measured figure next to its target.
+    pub targets: Vec<TargetCheck>,
+    /// Anything that makes the figures less trustworthy (a creator that fell behind, a scrape that
+    /// failed, the platform was not started by this run).
+    pub warnings: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Machine {
+    pub hostname: String,
+    pub cpus: usize,
+    pub cpu_model: String,
+    pub memory_bytes: u64,
+    pub kernel: String,
+    /// 1-minute load average at the start and at the end of the run.
+    pub load_start: f64,
+    pub load_end: f64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct PlatformInfo {
+    pub url: String,
+    pub nats_url: String,
+    /// nats-server's version as its INFO reports it.
+    pub nats_version: String,
+    /// True when this run started the platform's processes itself.
+    pub spawned: bool,
+    pub shard_nodes: usize,
+    pub workers: usize,
+}
+
+/// Percentiles of a set of samples, in milliseconds. Empty sets have `count` 0 and zeros.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Percentiles {
+    pub count: u64,
+    pub min: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+    pub mean: f64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct CreateStats {
+    pub requested: u64,
+    pub created: u64,
+    /// Requests answered with an error or not at all; the first few messages are in `errors`.
+    pub failed: u64,
+    pub errors: Vec<String>,
+    /// The open-loop rate asked for (0 = as fast as `concurrency` allows).
+    pub target_per_s: f64,
+    pub achieved_per_s: f64,
+    /// Intended send time → response, so a slow server shows as latency, not as a lower rate.
+    pub latency_ms: Percentiles,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct PhaseStats {
+    /// Distinct tickets seen in this phase (first attempts and retries count once each).
+    pub count: u64,
+    /// First to last event of the phase.
+    pub per_s: f64,
+    pub lateness_ms: Percentiles,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Throughput {
+    pub completed: u64,
+    /// From the first ticket published to the last result recorded.
+    pub window_s: f64,
+    pub per_s: f64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Correctness {
+    /// Occurrences the scenario's jobs must produce inside the measured window.
+    pub expected: u64,
+    /// Of those, occurrences that got at least one ticket published / executed.
+    pub fired: u64,
+    pub executed: u64,
+    /// Expected occurrences never executed (and not reported `missed`/`skipped` by the platform).
+    pub missed: u64,
+    /// Occurrences the platform itself reported `missed` or `skipped` (catch-up policy).
+    pub reported_not_fired: u64,
+    /// Occurrences that got two or more distinct ticket ids: must be 0.
+    pub occurrences_with_two_tickets: u64,
+    /// Tickets whose executor started more than once.
+    pub tickets_executed_twice: u64,
+    /// Of those, the ones whose earlier execution was on a worker killed before it finished
+    /// (the only allowed reason).
+    pub executed_twice_after_worker_death: u64,
+    /// Up to 20 examples of each problem above, for a human to follow up.
+    pub examples: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct RawStats {
+    pub count: u64,
+    /// The rate asked for (0 = as fast as the pipeline allows).
+    pub target_per_s: f64,
+    /// Publish of the first job → consume of the last result.
+    pub per_s: f64,
+    /// Intended publish time → result consumed.
+    pub round_trip_ms: Percentiles,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Ratio {
+    pub what: String,
+    pub platform: f64,
+    pub raw: f64,
+    pub ratio: f64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ProcessStats {
+    pub name: String,
+    pub pid: u32,
+    /// User + system CPU used during the run.
+    pub cpu_s: f64,
+    /// `cpu_s` over the run's duration: 1.0 = one core busy all the time.
+    pub cpu_cores: f64,
+    /// Largest resident set seen during the run (sampled), and the kernel's high-water mark.
+    pub peak_rss_bytes: u64,
+    pub hwm_rss_bytes: u64,
+}
+
+/// Per-bucket figures over the run, for the plots. `t_s` is the bucket's start, seconds since the
+/// run's `started_at`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Timeline {
+    pub bucket_ms: u64,
+    pub buckets: Vec<Bucket>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Bucket {
+    pub t_s: f64,
+    pub created: u64,
+    /// Tickets published, executor starts and results recorded in this bucket.
+    pub fired: u64,
+    pub started: u64,
+    pub completed: u64,
+    /// Fire lateness of the tickets published in this bucket (absent when none were).
+    pub fire_p50_ms: Option<f64>,
+    pub fire_p99_ms: Option<f64>,
+    pub fire_max_ms: Option<f64>,
+    pub start_p99_ms: Option<f64>,
+}
+
+/// Counts per lateness range: `counts[i]` samples fell in `[bounds_ms[i], bounds_ms[i+1])`; the
+/// last count is everything at or above the last bound. Bounds grow logarithmically.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Histogram {
+    pub bounds_ms: Vec<f64>,
+    pub counts: Vec<u64>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Event {
+    pub t_s: f64,
+    pub what: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct TargetCheck {
+    pub what: String,
+    /// The target as a sentence, e.g. `p99 < 3 ms`.
+    pub target: String,
+    pub measured: String,
+    /// `None` when this run cannot tell (e.g. the figure was not measured).
+    pub met: Option<bool>,
+}

@@ -1,0 +1,113 @@
+//! The few lines a run prints when it ends: the headline figures and every target, so a terminal
+//! user need not open the report to know the outcome.
+
+use std::{fmt::Write, path::Path};
+
+use super::{Percentiles, Report};
+
+fn lat(p: &Percentiles) -> String {
+    format!(
+        "p50 {:.2} · p99 {:.2} · p99.9 {:.2} · max {:.2} ms",
+        p.p50, p.p99, p.p999, p.max
+    )
+}
+
+pub fn summary(r: &Report, dir: &Path) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} run {} ({} cpus, load {:.1} → {:.1})",
+        r.scenario, r.run_id, r.machine.cpus, r.machine.load_start, r.machine.load_end
+    );
+    if let Some(c) = &r.create {
+        let _ = writeln!(
+            s,
+            "  create   {}/{} at {:.0}/s (asked {:.0}/s), latency {}",
+            c.created,
+            c.requested,
+            c.achieved_per_s,
+            c.target_per_s,
+            lat(&c.latency_ms)
+        );
+    }
+    if let Some(f) = &r.fire {
+        let _ = writeln!(
+            s,
+            "  fire     {} tickets at {:.0}/s, lateness {}",
+            f.count,
+            f.per_s,
+            lat(&f.lateness_ms)
+        );
+    }
+    if let Some(f) = &r.start {
+        let _ = writeln!(
+            s,
+            "  start    {} tickets at {:.0}/s, lateness {}",
+            f.count,
+            f.per_s,
+            lat(&f.lateness_ms)
+        );
+    }
+    if let Some(e) = &r.end_to_end {
+        let _ = writeln!(
+            s,
+            "  e2e      {} jobs in {:.2} s: {:.0} jobs/s",
+            e.completed, e.window_s, e.per_s
+        );
+    }
+    if let Some(raw) = &r.raw {
+        let _ = writeln!(
+            s,
+            "  raw      {} round trips at {:.0}/s, {}",
+            raw.count,
+            raw.per_s,
+            lat(&raw.round_trip_ms)
+        );
+    }
+    for x in &r.ratios {
+        let _ = writeln!(s, "  ratio    {}: {:.0}%", x.what, x.ratio * 100.0);
+    }
+    if let Some(c) = &r.correctness {
+        let _ = writeln!(
+            s,
+            "  checked  {} owed, {} executed, {} missed, {} reported missed/skipped, {} with two tickets, {} executed twice ({} after a worker death)",
+            c.expected, c.executed, c.missed, c.reported_not_fired, c.occurrences_with_two_tickets, c.tickets_executed_twice, c.executed_twice_after_worker_death
+        );
+    }
+    for p in &r.processes {
+        let _ = writeln!(
+            s,
+            "  process  {} ({}): {:.2} cores, peak RSS {:.0} MiB",
+            p.name,
+            p.pid,
+            p.cpu_cores,
+            p.peak_rss_bytes as f64 / (1 << 20) as f64
+        );
+    }
+    for t in &r.targets {
+        let verdict = match t.met {
+            Some(true) => "met",
+            Some(false) => "NOT MET",
+            None => "not judged",
+        };
+        let _ = writeln!(
+            s,
+            "  target   {}: {} (target {}) {verdict}",
+            t.what, t.measured, t.target
+        );
+    }
+    for w in &r.warnings {
+        let _ = writeln!(s, "  warning  {w}");
+    }
+    let _ = write!(s, "  report   {}/report.html", dir.display());
+    s
+}
+
+/// True when the run found an occurrence lost or doubled (the process then exits non-zero).
+pub fn lost_or_doubled(r: &Report) -> bool {
+    r.correctness.as_ref().is_some_and(|c| {
+        c.missed > 0
+            || c.occurrences_with_two_tickets > 0
+            || c.tickets_executed_twice > c.executed_twice_after_worker_death
+    })
+}

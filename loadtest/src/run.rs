@@ -1,0 +1,553 @@
+//! One run of a scenario, start to finish: bring up (or reach) the platform, start the probes and
+//! workers, optionally measure the raw ceiling, create the jobs, inject faults, wait until every
+//! owed occurrence is done (or the drain deadline passes), then check, summarize and write the
+//! report. The order of the steps is the only thing this module decides.
+
+use std::{
+    collections::{HashMap, HashSet},
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use anyhow::{bail, Context};
+use chrono::{DateTime, Utc};
+use futures::{stream, StreamExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::{
+    api::Api,
+    args::{Kill, RunArgs, Settings, Target},
+    check::{check, Evidence},
+    create::{create_all, CreateOptions},
+    machine,
+    platform::{find_chronoshard, Platform, SpawnOptions},
+    probe::{self, noop::NoopWorkerArgs, procs, sink::HttpSink},
+    progress::{now_us, spawn_progress, Counters},
+    raw::{self, RawOptions},
+    report::{self, Event, PlatformInfo, Report},
+    scenario::{self, Kind, Plan, Shape},
+    summary::{self, Records},
+};
+
+/// Shared by the steps of a run.
+struct Ctx {
+    run_id: String,
+    dir: PathBuf,
+    start_us: i64,
+    counters: Arc<Counters>,
+    phase: Arc<Mutex<String>>,
+    events: Vec<Event>,
+    warnings: Vec<String>,
+}
+
+impl Ctx {
+    fn phase(&self, p: &str) {
+        if let Ok(mut g) = self.phase.lock() {
+            *g = p.to_string();
+        }
+    }
+
+    fn event(&mut self, what: String) {
+        eprintln!("{what}");
+        self.events.push(Event {
+            t_s: (now_us() - self.start_us) as f64 / 1e6,
+            what,
+        });
+    }
+}
+
+/// A short random id: names this run's tenants, queue and output directory.
+pub fn new_run_id() -> String {
+    Uuid::new_v4().simple().to_string()[..8].to_string()
+}
+
+pub async fn run(kind: Kind, args: RunArgs) -> anyhow::Result<(Report, PathBuf)> {
+    let settings = Settings::resolve(kind, &args);
+    let run_id = new_run_id();
+    let dir = args.common.out.join(format!("{}-{run_id}", kind.name()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut ctx = Ctx {
+        run_id: run_id.clone(),
+        dir: dir.clone(),
+        start_us: now_us(),
+        counters: Arc::new(Counters::default()),
+        phase: Arc::new(Mutex::new("starting".into())),
+        events: Vec::new(),
+        warnings: Vec::new(),
+    };
+    let mut report = Report {
+        version: report::VERSION,
+        run_id: run_id.clone(),
+        scenario: kind.name().into(),
+        params: serde_json::to_value(&settings)?,
+        started_at: Utc::now(),
+        machine: machine::describe(),
+        ..Default::default()
+    };
+    eprintln!("run {run_id}: {} {}", kind.name(), report.params);
+    let stop_progress = CancellationToken::new();
+    let progress = spawn_progress(
+        ctx.counters.clone(),
+        ctx.phase.clone(),
+        ctx.start_us,
+        stop_progress.clone(),
+    );
+
+    let mut platform = reach_platform(kind, &args, &settings, &dir).await?;
+    let result = drive(&mut ctx, &mut report, &mut platform, kind, &args, &settings).await;
+    ctx.phase("stopping");
+    platform.stop().await;
+    stop_progress.cancel();
+    let _ = progress.await;
+    result?;
+    if !args.common.keep_data && report.platform.spawned {
+        let _ = std::fs::remove_dir_all(dir.join("platform"));
+    }
+    report.events = std::mem::take(&mut ctx.events);
+    report.warnings = std::mem::take(&mut ctx.warnings);
+    report.machine.load_end = machine::load();
+    report.finished_at = Utc::now();
+    write(&report, &dir)?;
+    Ok((report, dir))
+}
+
+async fn reach_platform(
+    kind: Kind,
+    args: &RunArgs,
+    s: &Settings,
+    dir: &std::path::Path,
+) -> anyhow::Result<Platform> {
+    let c = &args.common;
+    if let (Some(url), Some(token), Some(nats)) = (&c.url, &c.token, &c.nats) {
+        if kind == Kind::Fault && s.kill != Some(Kill::Worker) {
+            bail!("fault with --kill node|both needs a platform this run starts (leave out --url), or use --kill worker");
+        }
+        return Ok(Platform::external(url, token, nats, dir));
+    }
+    let kills_node = matches!(s.kill, Some(Kill::Node | Kill::Both));
+    let node_processes = if kills_node {
+        s.shard_nodes.max(2) - 1
+    } else {
+        0
+    };
+    let opts = SpawnOptions {
+        chronoshard: find_chronoshard(c.chronoshard.as_deref())?,
+        dir: dir.to_path_buf(),
+        dev_nodes: s.shard_nodes.max(1 + node_processes) - node_processes,
+        node_processes,
+        dev_workers: if s.target == Target::Http {
+            s.workers
+        } else {
+            0
+        },
+        shards: s.shards,
+    };
+    eprintln!(
+        "starting {} ({} shard nodes in it, {} as their own processes)",
+        opts.chronoshard.display(),
+        opts.dev_nodes,
+        opts.node_processes
+    );
+    Platform::spawn(&opts).await
+}
+
+async fn drive(
+    ctx: &mut Ctx,
+    report: &mut Report,
+    platform: &mut Platform,
+    kind: Kind,
+    args: &RunArgs,
+    s: &Settings,
+) -> anyhow::Result<()> {
+    let api = Api::new(&platform.url, &platform.token);
+    // A platform this run started has already said it is ready; a given one gets a few seconds.
+    let patience = Duration::from_secs(if platform.spawned { 60 } else { 5 });
+    wait_until("the platform is ready", patience, || api.ready()).await?;
+    if platform.spawned {
+        ctx.phase("waiting for every node to own shards");
+        let want = platform.shard_nodes;
+        wait_until(
+            "every shard node owns shards",
+            Duration::from_secs(60),
+            || nodes_balanced(&api, want),
+        )
+        .await?;
+    }
+    report.platform = PlatformInfo {
+        url: platform.url.clone(),
+        nats_url: platform.nats_url.clone(),
+        nats_version: platform.nats_version.clone(),
+        spawned: platform.spawned,
+        shard_nodes: platform.shard_nodes,
+        workers: s.workers,
+    };
+    if args.common.raw {
+        ctx.phase("raw ceiling");
+        report.raw = Some(measure_raw(&platform.nats_url, &ctx.run_id, s.jobs.max(50_000)).await?);
+    }
+
+    // Probes first, so nothing the platform does is missed.
+    let stop_probes = CancellationToken::new();
+    let dropped = probe::nats::Dropped::default();
+    let client = probe::nats::connect(&platform.nats_url, "loadtest-watch", &dropped).await?;
+    let watcher = probe::nats::watch(
+        client.clone(),
+        ctx.run_id.clone(),
+        ctx.counters.clone(),
+        stop_probes.clone(),
+    )
+    .await?;
+    let queue = format!("lt-{}", ctx.run_id);
+    let (target, sink) = match s.target {
+        Target::Noop => {
+            for i in 1..=s.workers {
+                let id = format!("lt-{}-w{i}", ctx.run_id);
+                platform
+                    .start_worker(&NoopWorkerArgs {
+                        nats: platform.nats_url.clone(),
+                        log: ctx.dir.join(format!("{id}.starts")),
+                        data: ctx.dir.join("workers"),
+                        id,
+                        queue: queue.clone(),
+                        concurrency: s.worker_concurrency,
+                        ack_wait: args.common.worker_ack_wait,
+                    })
+                    .await?;
+            }
+            (json!({"type": "queue", "queue": queue}), None)
+        }
+        Target::Http => {
+            let sink = HttpSink::start(stop_probes.clone()).await?;
+            (
+                json!({"type": "http", "url": sink.url, "method": "POST"}),
+                Some(sink),
+            )
+        }
+    };
+    if let Ok(mut w) = platform.watched.lock() {
+        w.push(("chronoshard-loadtest".into(), std::process::id()));
+        w.extend(args.common.pids.iter().cloned());
+    }
+    let sampler = procs::spawn_sampler(platform.watched.clone(), stop_probes.clone());
+
+    // The jobs: due only once every one of them can exist.
+    let rate = if s.create_rate > 0.0 {
+        s.create_rate
+    } else {
+        3_000.0
+    };
+    let lead = Duration::from_secs_f64(s.jobs as f64 / rate * 1.25 + 3.0);
+    let first_due = Utc::now() + chrono::Duration::from_std(lead)?;
+    let window = Duration::from_millis(s.window_ms);
+    let plan = scenario::plan(
+        &Shape {
+            kind,
+            jobs: s.jobs,
+            tenants: s.tenants,
+            window,
+            first_due,
+        },
+        &ctx.run_id,
+        &target,
+    );
+    ctx.phase("creating jobs");
+    let specs = plan.specs.clone();
+    let created = create_all(
+        &api,
+        specs,
+        &CreateOptions {
+            rate_per_s: s.create_rate,
+            concurrency: s.create_concurrency,
+        },
+        &ctx.counters,
+    )
+    .await;
+    let late = created
+        .answered_us
+        .iter()
+        .filter(|&&t| t > us(first_due))
+        .count();
+    if late > 0 {
+        ctx.warnings.push(format!(
+            "{late} jobs were created after the first due time: raise --create-rate or lower --jobs"
+        ));
+    }
+    if created.stats.failed > 0 {
+        ctx.warnings.push(format!(
+            "{} of {} creates failed (first: {})",
+            created.stats.failed,
+            created.stats.requested,
+            created.stats.errors.first().cloned().unwrap_or_default()
+        ));
+    }
+    ctx.event(format!(
+        "created {} jobs at {:.0}/s; first due at +{:.1}s",
+        created.stats.created,
+        created.stats.achieved_per_s,
+        (us(first_due) - ctx.start_us) as f64 / 1e6
+    ));
+    let last_due = plan.last_due().unwrap_or(first_due);
+
+    ctx.phase("firing");
+    let mut killed = HashSet::new();
+    if let Some(kill) = s.kill {
+        inject_faults(ctx, platform, kill, s, first_due, window, &mut killed).await?;
+    }
+    if kind == Kind::CronFleet {
+        wait_until_time(last_due + chrono::Duration::milliseconds(500)).await;
+        delete_jobs(&api, &created.ids).await;
+        ctx.event("cron jobs deleted".into());
+    }
+    ctx.phase("draining");
+    let recorded_us = wait_done(ctx, &client, &plan, last_due, args).await;
+
+    stop_probes.cancel();
+    let watched = watcher.await?;
+    let processes = sampler.await?;
+    let mut starts = match sink {
+        Some(sink) => {
+            let v = sink.starts();
+            sink.stop().await;
+            v
+        }
+        None => Vec::new(),
+    };
+    for entry in std::fs::read_dir(&ctx.dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "starts") {
+            starts.extend(probe::noop::read_starts(&path)?);
+        }
+    }
+    if dropped.get() > 0 {
+        ctx.warnings.push(format!(
+            "the watcher fell behind nats-server {} times (slow consumer): some tickets or results were not seen",
+            dropped.get()
+        ));
+    }
+
+    ctx.phase("verifying");
+    let jobs: Vec<(Uuid, &scenario::Owed)> = created
+        .ids
+        .iter()
+        .zip(&plan.owed)
+        .filter_map(|(id, owed)| id.map(|id| (id, owed)))
+        .collect();
+    let runs = if args.common.no_verify {
+        None
+    } else {
+        Some(read_runs(&api, &jobs, &mut ctx.warnings).await)
+    };
+    report.correctness = Some(check(&Evidence {
+        jobs: jobs.clone(),
+        fired: &watched.fired,
+        starts: &starts,
+        killed: &killed,
+        runs: runs.as_ref(),
+    }));
+
+    let records = Records {
+        created_us: created.answered_us.clone(),
+        fired: watched.fired,
+        starts,
+        completed: watched.completed,
+        recorded_us,
+    };
+    let (fire, mut fire_samples) = summary::fire_phase(&records);
+    let (start, mut start_samples) = summary::start_phase(&records);
+    report.fire_histogram = Some(fire_samples.histogram());
+    report.start_histogram = Some(start_samples.histogram());
+    report.fire = Some(fire);
+    report.start = Some(start);
+    report.end_to_end = summary::end_to_end(&records);
+    report.create = Some(created.stats);
+    report.timeline = summary::timeline(
+        &records,
+        ctx.start_us,
+        args.common.bucket.0.as_millis() as u64,
+    );
+    report.processes = processes;
+    report.ratios = summary::ratios(report);
+    report.targets = summary::targets(report);
+    Ok(())
+}
+
+fn us(t: DateTime<Utc>) -> i64 {
+    t.timestamp_micros()
+}
+
+async fn wait_until_time(t: DateTime<Utc>) {
+    let wait = (t - Utc::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(wait).await;
+}
+
+/// Polls `check` every 100 ms until it is true, for at most `timeout`.
+async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !check().await {
+        if tokio::time::Instant::now() > deadline {
+            bail!("timed out after {timeout:?} waiting until {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+async fn nodes_balanced(api: &Api, want: usize) -> bool {
+    let Ok(v) = api.nodes().await else {
+        return false;
+    };
+    let nodes = v["nodes"].as_array().cloned().unwrap_or_default();
+    nodes.len() >= want
+        && nodes
+            .iter()
+            .all(|n| n["shards"].as_array().is_some_and(|s| !s.is_empty()))
+}
+
+async fn measure_raw(nats: &str, run_id: &str, count: u64) -> anyhow::Result<report::RawStats> {
+    let stats = raw::run(&RawOptions {
+        nats_url: nats.to_string(),
+        run_id: format!("{run_id}_ceiling"),
+        count,
+        rate_per_s: 0.0,
+        window: 1024,
+        timeout: Duration::from_secs(120),
+    })
+    .await?;
+    eprintln!(
+        "raw ceiling: {:.0} round trips/s, p99 {:.2} ms",
+        stats.per_s, stats.round_trip_ms.p99
+    );
+    Ok(stats)
+}
+
+async fn inject_faults(
+    ctx: &mut Ctx,
+    platform: &mut Platform,
+    kill: Kill,
+    s: &Settings,
+    first_due: DateTime<Utc>,
+    window: Duration,
+    killed: &mut HashSet<String>,
+) -> anyhow::Result<()> {
+    let at = |f: f64| first_due + chrono::Duration::from_std(window.mul_f64(f)).unwrap_or_default();
+    if matches!(kill, Kill::Node | Kill::Both) {
+        wait_until_time(at(s.kill_at)).await;
+        let node = platform.kill_node(0).await?;
+        ctx.event(format!("killed shard node {node} (SIGKILL)"));
+    }
+    if matches!(kill, Kill::Worker | Kill::Both) {
+        let when = if kill == Kill::Both {
+            (s.kill_at + 1.0) / 2.0
+        } else {
+            s.kill_at
+        };
+        wait_until_time(at(when)).await;
+        let label = platform.kill_and_restart_worker(0).await?;
+        ctx.event(format!(
+            "killed worker {label} (SIGKILL) and started it again"
+        ));
+        killed.insert(label);
+    }
+    Ok(())
+}
+
+async fn delete_jobs(api: &Api, ids: &[Option<Uuid>]) {
+    stream::iter(ids.iter().flatten().copied())
+        .for_each_concurrent(64, |id| {
+            let api = api.clone();
+            async move {
+                let _ = api.delete_job(id).await;
+            }
+        })
+        .await;
+}
+
+/// Waits until every owed occurrence has a recorded success, or the drain deadline passes.
+/// Returns when every result was seen recorded (the results stream empty).
+async fn wait_done(
+    ctx: &mut Ctx,
+    client: &async_nats::Client,
+    plan: &Plan,
+    last_due: DateTime<Utc>,
+    args: &RunArgs,
+) -> Option<i64> {
+    let js = async_nats::jetstream::new(client.clone());
+    let expected = plan.expected();
+    let deadline =
+        last_due + chrono::Duration::from_std(args.common.drain_timeout.0).unwrap_or_default();
+    loop {
+        let completed = ctx
+            .counters
+            .completed
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if Utc::now() > last_due && completed >= expected {
+            match probe::nats::results_unrecorded(&js).await {
+                Ok(0) => return Some(now_us()),
+                Ok(_) => {}
+                Err(e) => {
+                    ctx.warnings
+                        .push(format!("cannot read the results stream: {e}"));
+                    return None;
+                }
+            }
+        }
+        if Utc::now() > deadline {
+            ctx.warnings.push(format!(
+                "drain timeout: {completed} of {expected} occurrences completed {:?} after the last was due",
+                args.common.drain_timeout.0
+            ));
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn read_runs(
+    api: &Api,
+    jobs: &[(Uuid, &scenario::Owed)],
+    warnings: &mut Vec<String>,
+) -> HashMap<Uuid, Vec<chronoshard_wire::RunView>> {
+    let results: Vec<_> = stream::iter(jobs.iter().map(|(id, _)| *id))
+        .map(|id| {
+            let api = api.clone();
+            async move { (id, api.runs(id).await) }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    let mut runs = HashMap::new();
+    let mut failed = 0;
+    for (id, r) in results {
+        match r {
+            Ok(v) => {
+                runs.insert(id, v);
+            }
+            Err(e) => {
+                failed += 1;
+                if failed == 1 {
+                    warnings.push(format!("reading runs failed: {e}"));
+                }
+            }
+        }
+    }
+    if failed > 0 {
+        warnings.push(format!("runs of {failed} jobs could not be read"));
+    }
+    runs
+}
+
+fn write(report: &Report, dir: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::write(
+        dir.join("report.json"),
+        serde_json::to_string_pretty(report)?,
+    )?;
+    std::fs::write(dir.join("report.html"), report::html::render(report))?;
+    Ok(())
+}

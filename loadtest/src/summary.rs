@@ -1,0 +1,350 @@
+//! From the probes' raw records to the report's figures: phase statistics, the timeline, and each
+//! figure next to its target (issue #5's targets for a 2-core machine). Pure: no clock, no I/O.
+
+use std::collections::HashSet;
+
+use uuid::Uuid;
+
+use crate::{
+    probe::{
+        nats::{Completed, Fired},
+        Start,
+    },
+    report::{Bucket, PhaseStats, Ratio, Report, TargetCheck, Throughput, Timeline},
+    stats::{Buckets, Samples},
+};
+
+/// Everything the probes recorded, restricted to this run's tickets.
+#[derive(Debug, Default)]
+pub struct Records {
+    pub created_us: Vec<i64>,
+    pub fired: Vec<Fired>,
+    pub starts: Vec<Start>,
+    pub completed: Vec<Completed>,
+    /// When the results stream was seen empty after the last completion: every result recorded.
+    pub recorded_us: Option<i64>,
+}
+
+/// An event of a first attempt, counted once per ticket: (at, lateness).
+fn first_attempts<'a>(
+    events: impl Iterator<Item = (Uuid, u32, i64, i64)> + 'a,
+) -> impl Iterator<Item = (i64, i64)> + 'a {
+    let mut seen = HashSet::new();
+    events.filter_map(move |(ticket, attempt, scheduled_us, at_us)| {
+        (attempt == 1 && seen.insert(ticket)).then_some((at_us, at_us - scheduled_us))
+    })
+}
+
+fn fires(r: &Records) -> impl Iterator<Item = (i64, i64)> + '_ {
+    first_attempts(
+        r.fired
+            .iter()
+            .map(|f| (f.ticket_id, f.attempt, f.scheduled_us, f.at_us)),
+    )
+}
+
+fn starts(r: &Records) -> impl Iterator<Item = (i64, i64)> + '_ {
+    first_attempts(
+        r.starts
+            .iter()
+            .map(|s| (s.ticket_id, s.attempt, s.scheduled_us, s.at_us)),
+    )
+}
+
+/// Lateness of first attempts, and the rate from the first to the last event.
+pub fn phase(events: impl Iterator<Item = (i64, i64)>) -> (PhaseStats, Samples) {
+    let mut samples = Samples::new();
+    let (mut first, mut last) = (i64::MAX, i64::MIN);
+    for (at, lateness) in events {
+        samples.push(lateness);
+        first = first.min(at);
+        last = last.max(at);
+    }
+    let count = samples.len() as u64;
+    let per_s = if count > 1 && last > first {
+        count as f64 / ((last - first) as f64 / 1e6)
+    } else {
+        0.0
+    };
+    (
+        PhaseStats {
+            count,
+            per_s,
+            lateness_ms: samples.percentiles(),
+        },
+        samples,
+    )
+}
+
+pub fn fire_phase(r: &Records) -> (PhaseStats, Samples) {
+    phase(fires(r))
+}
+
+pub fn start_phase(r: &Records) -> (PhaseStats, Samples) {
+    phase(starts(r))
+}
+
+/// First ticket published → last result recorded.
+pub fn end_to_end(r: &Records) -> Option<Throughput> {
+    let first = r.fired.iter().map(|f| f.at_us).min()?;
+    let last_result = r.completed.iter().map(|c| c.at_us).max()?;
+    let end = r.recorded_us.unwrap_or(last_result).max(last_result);
+    let window_s = (end - first).max(1) as f64 / 1e6;
+    let completed = r.completed.len() as u64;
+    Some(Throughput {
+        completed,
+        window_s,
+        per_s: completed as f64 / window_s,
+    })
+}
+
+pub fn timeline(r: &Records, start_us: i64, bucket_ms: u64) -> Timeline {
+    let mut fired = Buckets::new(bucket_ms);
+    for (at, late) in fires(r) {
+        fired.push(at - start_us, late);
+    }
+    let mut started = Buckets::new(bucket_ms);
+    for (at, late) in starts(r) {
+        started.push(at - start_us, late);
+    }
+    let count = |times: &mut dyn Iterator<Item = i64>| {
+        let mut b = Buckets::new(bucket_ms);
+        for t in times {
+            b.push(t - start_us, 0);
+        }
+        b
+    };
+    let mut created = count(&mut r.created_us.iter().copied());
+    let mut completed = count(&mut r.completed.iter().map(|c| c.at_us));
+    let n = [&fired, &started, &created, &completed]
+        .iter()
+        .map(|b| b.len())
+        .max()
+        .unwrap_or(0);
+    let len = |b: &mut Buckets, i| b.get_mut(i).map(|s| s.len() as u64).unwrap_or(0);
+    let q = |b: &mut Buckets, i, q| {
+        b.get_mut(i)
+            .and_then(|s| s.quantile_us(q))
+            .map(|v| v as f64 / 1000.0)
+    };
+    let buckets = (0..n)
+        .map(|i| Bucket {
+            t_s: (i as u64 * bucket_ms) as f64 / 1000.0,
+            created: len(&mut created, i),
+            fired: len(&mut fired, i),
+            started: len(&mut started, i),
+            completed: len(&mut completed, i),
+            fire_p50_ms: q(&mut fired, i, 0.5),
+            fire_p99_ms: q(&mut fired, i, 0.99),
+            fire_max_ms: q(&mut fired, i, 1.0),
+            start_p99_ms: q(&mut started, i, 0.99),
+        })
+        .collect();
+    Timeline { bucket_ms, buckets }
+}
+
+/// Platform figures as fractions of the raw ceiling measured in the same run.
+pub fn ratios(report: &Report) -> Vec<Ratio> {
+    let Some(raw) = &report.raw else {
+        return Vec::new();
+    };
+    let mut v = Vec::new();
+    let mut add = |what: &str, platform: f64| {
+        if raw.per_s > 0.0 && platform > 0.0 {
+            v.push(Ratio {
+                what: what.into(),
+                platform,
+                raw: raw.per_s,
+                ratio: platform / raw.per_s,
+            });
+        }
+    };
+    if let Some(e) = &report.end_to_end {
+        add("end-to-end jobs/s vs raw round trips/s", e.per_s);
+    }
+    if let Some(f) = &report.fire {
+        add("fires/s vs raw round trips/s", f.per_s);
+    }
+    v
+}
+
+fn check(what: &str, target: &str, measured: String, met: Option<bool>) -> TargetCheck {
+    TargetCheck {
+        what: what.into(),
+        target: target.into(),
+        measured,
+        met,
+    }
+}
+
+/// Each figure of this run next to its target. Lateness targets are stated at 5,000 fires/s, so
+/// runs at another rate report the figure with its rate and `met: None`.
+pub fn targets(report: &Report) -> Vec<TargetCheck> {
+    let mut t = Vec::new();
+    let at_5k = |per_s: f64| (4_500.0..=5_500.0).contains(&per_s);
+    let burst = report.scenario == "burst";
+    if let Some(f) = report.fire.as_ref().filter(|_| !burst) {
+        let rate = format!("at {:.0} fires/s", f.per_s);
+        let judged = at_5k(f.per_s);
+        let l = f.lateness_ms;
+        t.push(check(
+            "fire lateness p99",
+            "< 3 ms at 5,000 fires/s",
+            format!("{:.2} ms {rate}", l.p99),
+            judged.then_some(l.p99 < 3.0),
+        ));
+        t.push(check(
+            "fire lateness p99.9",
+            "< 10 ms at 5,000 fires/s",
+            format!("{:.2} ms {rate}", l.p999),
+            judged.then_some(l.p999 < 10.0),
+        ));
+    }
+    if let Some(s) = report.start.as_ref().filter(|_| !burst) {
+        t.push(check(
+            "start lateness p99",
+            "< 5 ms at 5,000 fires/s",
+            format!("{:.2} ms at {:.0} starts/s", s.lateness_ms.p99, s.per_s),
+            at_5k(s.per_s).then_some(s.lateness_ms.p99 < 5.0),
+        ));
+    }
+    if let Some(c) = &report.create {
+        t.push(check(
+            "job creation through the API",
+            "5,000/s with p99 < 10 ms",
+            format!(
+                "{:.0}/s (asked {:.0}/s), p99 {:.2} ms",
+                c.achieved_per_s, c.target_per_s, c.latency_ms.p99
+            ),
+            (c.target_per_s >= 5_000.0)
+                .then_some(c.achieved_per_s >= 4_750.0 && c.latency_ms.p99 < 10.0),
+        ));
+    }
+    if let Some(e) = &report.end_to_end {
+        t.push(check(
+            "end-to-end throughput",
+            "> 36,900 jobs/s (Graphile Worker, the best peer measured)",
+            format!("{:.0} jobs/s", e.per_s),
+            burst.then_some(e.per_s > 36_900.0),
+        ));
+        if let Some(r) = report
+            .ratios
+            .iter()
+            .find(|r| r.what.starts_with("end-to-end"))
+        {
+            t.push(check(
+                "end-to-end throughput vs the raw ceiling",
+                ">= 80% of raw",
+                format!(
+                    "{:.0}% ({:.0} of {:.0}/s)",
+                    r.ratio * 100.0,
+                    r.platform,
+                    r.raw
+                ),
+                burst.then_some(r.ratio >= 0.8),
+            ));
+        }
+    }
+    if let Some(c) = &report.correctness {
+        t.push(check(
+            "missed occurrences",
+            "0",
+            c.missed.to_string(),
+            Some(c.missed == 0),
+        ));
+        t.push(check(
+            "occurrences with two tickets",
+            "0",
+            c.occurrences_with_two_tickets.to_string(),
+            Some(c.occurrences_with_two_tickets == 0),
+        ));
+        let unexcused = c.tickets_executed_twice - c.executed_twice_after_worker_death;
+        t.push(check(
+            "tickets executed twice without a worker death",
+            "0",
+            format!(
+                "{unexcused} (of {} executed twice)",
+                c.tickets_executed_twice
+            ),
+            Some(unexcused == 0),
+        ));
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fired(ticket: Uuid, attempt: u32, scheduled_us: i64, at_us: i64) -> Fired {
+        Fired {
+            ticket_id: ticket,
+            job_id: ticket,
+            scheduled_us,
+            attempt,
+            at_us,
+        }
+    }
+
+    #[test]
+    fn lateness_counts_first_attempts_once() {
+        let (a, b) = (Uuid::now_v7(), Uuid::now_v7());
+        let r = Records {
+            fired: vec![
+                fired(a, 1, 1_000_000, 1_002_000),
+                fired(a, 1, 1_000_000, 1_900_000), // the same publish seen again
+                fired(a, 2, 1_000_000, 9_000_000), // a retry: not lateness
+                fired(b, 1, 2_000_000, 2_001_000),
+            ],
+            ..Default::default()
+        };
+        let (p, _) = fire_phase(&r);
+        assert_eq!(p.count, 2);
+        assert_eq!((p.lateness_ms.p50, p.lateness_ms.max), (1.0, 2.0));
+        assert!((p.per_s - 2.0 / 0.999).abs() < 1e-9);
+        let tl = timeline(&r, 0, 1000);
+        assert_eq!(tl.buckets.len(), 3);
+        assert_eq!(tl.buckets[1].fired, 1);
+        assert_eq!(tl.buckets[2].fire_max_ms, Some(1.0));
+        assert_eq!(tl.buckets[0].fire_p99_ms, None);
+    }
+
+    #[test]
+    fn end_to_end_runs_to_the_last_recorded_result() {
+        let a = Uuid::now_v7();
+        let r = Records {
+            fired: vec![fired(a, 1, 0, 1_000_000)],
+            completed: vec![Completed {
+                ticket_id: a,
+                at_us: 1_500_000,
+            }],
+            recorded_us: Some(3_000_000),
+            ..Default::default()
+        };
+        let e = end_to_end(&r).unwrap();
+        assert_eq!((e.completed, e.window_s, e.per_s), (1, 2.0, 0.5));
+        assert!(end_to_end(&Records::default()).is_none());
+    }
+
+    #[test]
+    fn lateness_targets_are_judged_only_near_5000_per_second() {
+        let mut report = Report {
+            scenario: "spread".into(),
+            fire: Some(PhaseStats {
+                count: 10,
+                per_s: 5_010.0,
+                lateness_ms: crate::report::Percentiles {
+                    p99: 2.0,
+                    p999: 12.0,
+                    ..Default::default()
+                },
+            }),
+            ..Default::default()
+        };
+        let t = targets(&report);
+        assert_eq!(t[0].met, Some(true));
+        assert_eq!(t[1].met, Some(false));
+        report.fire.as_mut().unwrap().per_s = 900.0;
+        assert_eq!(targets(&report)[0].met, None);
+    }
+}

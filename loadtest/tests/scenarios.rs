@@ -1,0 +1,255 @@
+//! The `chronoshard-loadtest` binary end to end, each run starting its own platform from the
+//! `chronoshard` binary (small sizes: these check that the tool measures and judges correctly;
+//! the figures themselves come from the runs in BENCHMARKS.md).
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use serde_json::Value;
+
+/// The `chronoshard` binary of this build (built here when this package is tested alone).
+fn chronoshard() -> PathBuf {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_chronoshard-loadtest"));
+    let path = exe.with_file_name("chronoshard");
+    if !path.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", "chronoshard", "--bin", "chronoshard"])
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "building chronoshard failed");
+    }
+    path
+}
+
+struct Outcome {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    report: Option<Value>,
+    dir: Option<PathBuf>,
+}
+
+fn loadtest(out: &Path, args: &[&str]) -> Outcome {
+    let bin = chronoshard();
+    let o = Command::new(env!("CARGO_BIN_EXE_chronoshard-loadtest"))
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .arg("--chronoshard")
+        .arg(&bin)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("chronoshard-loadtest runs");
+    let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+    let dir = std::fs::read_dir(out)
+        .ok()
+        .and_then(|mut d| d.next())
+        .and_then(|e| e.ok())
+        .map(|e| e.path());
+    let report = dir
+        .as_ref()
+        .and_then(|d| std::fs::read_to_string(d.join("report.json")).ok())
+        .map(|s| serde_json::from_str(&s).expect("report.json is JSON"));
+    Outcome {
+        code: o.status.code(),
+        stdout,
+        stderr,
+        report,
+        dir,
+    }
+}
+
+fn ok(o: &Outcome) -> &Value {
+    assert_eq!(
+        o.code,
+        Some(0),
+        "stdout:\n{}\nstderr:\n{}",
+        o.stdout,
+        o.stderr
+    );
+    o.report.as_ref().expect("a report.json")
+}
+
+fn assert_nothing_lost(r: &Value, expected: u64) {
+    let c = &r["correctness"];
+    assert_eq!(c["expected"], expected, "{c}");
+    assert_eq!(c["executed"], expected, "{c}");
+    assert_eq!(c["missed"], 0, "{c}");
+    assert_eq!(c["occurrences_with_two_tickets"], 0, "{c}");
+    assert_eq!(
+        c["tickets_executed_twice"], c["executed_twice_after_worker_death"],
+        "{c}"
+    );
+}
+
+#[test]
+fn spread_measures_every_phase_and_writes_both_reports() {
+    let out = tempfile::tempdir().unwrap();
+    let o = loadtest(
+        out.path(),
+        &[
+            "spread",
+            "--jobs",
+            "300",
+            "--window",
+            "2s",
+            "--create-rate",
+            "600",
+        ],
+    );
+    let r = ok(&o);
+    assert_nothing_lost(r, 300);
+    assert_eq!(r["scenario"], "spread");
+    assert_eq!(r["create"]["created"], 300);
+    assert_eq!(r["fire"]["count"], 300);
+    assert_eq!(r["start"]["count"], 300);
+    assert_eq!(r["end_to_end"]["completed"], 300);
+    let fire = &r["fire"]["lateness_ms"];
+    assert!(fire["p50"].as_f64().unwrap() <= fire["p99"].as_f64().unwrap());
+    // Start lateness includes the fire lateness: a ticket starts after it is published.
+    assert!(r["start"]["lateness_ms"]["p50"].as_f64() >= fire["p50"].as_f64());
+    let names: Vec<&str> = r["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    for want in ["chronoshard dev", "nats-server", "chronoshard-loadtest"] {
+        assert!(names.contains(&want), "{names:?}");
+    }
+    let buckets = r["timeline"]["buckets"].as_array().unwrap();
+    let fired: u64 = buckets.iter().map(|b| b["fired"].as_u64().unwrap()).sum();
+    assert_eq!(fired, 300);
+    let html = std::fs::read_to_string(o.dir.unwrap().join("report.html")).unwrap();
+    assert!(html.contains("<svg") && !html.contains("<script src"));
+    assert!(
+        o.stdout.contains("missed occurrences: 0 (target 0) met"),
+        "{}",
+        o.stdout
+    );
+}
+
+#[test]
+fn cron_fleet_owes_every_second_of_the_window() {
+    let out = tempfile::tempdir().unwrap();
+    let o = loadtest(
+        out.path(),
+        &[
+            "cron-fleet",
+            "--jobs",
+            "20",
+            "--window",
+            "3s",
+            "--tenants",
+            "4",
+        ],
+    );
+    let r = ok(&o);
+    assert_nothing_lost(r, 60);
+    assert!(r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["what"] == "cron jobs deleted"));
+}
+
+#[test]
+fn burst_and_tenants_against_an_http_sink() {
+    let out = tempfile::tempdir().unwrap();
+    let o = loadtest(
+        out.path(),
+        &[
+            "burst",
+            "--jobs",
+            "200",
+            "--target",
+            "http",
+            "--tenants",
+            "8",
+        ],
+    );
+    let r = ok(&o);
+    assert_nothing_lost(r, 200);
+    assert_eq!(r["start"]["count"], 200);
+    let out = tempfile::tempdir().unwrap();
+    let o = loadtest(
+        out.path(),
+        &[
+            "tenants",
+            "--jobs",
+            "200",
+            "--tenants",
+            "20",
+            "--window",
+            "1s",
+        ],
+    );
+    assert_nothing_lost(ok(&o), 200);
+}
+
+#[test]
+fn fault_kills_a_node_and_a_worker_and_loses_nothing() {
+    let out = tempfile::tempdir().unwrap();
+    let o = loadtest(
+        out.path(),
+        &[
+            "fault",
+            "--jobs",
+            "1200",
+            "--window",
+            "12s",
+            "--create-rate",
+            "600",
+            "--worker-ack-wait",
+            "4s",
+        ],
+    );
+    let r = ok(&o);
+    assert_nothing_lost(r, 1200);
+    let events: Vec<&str> = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["what"].as_str().unwrap())
+        .collect();
+    assert!(
+        events.iter().any(|e| e.starts_with("killed shard node")),
+        "{events:?}"
+    );
+    assert!(
+        events.iter().any(|e| e.starts_with("killed worker")),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn raw_measures_the_ceiling_on_its_own_nats_server() {
+    let out = tempfile::tempdir().unwrap();
+    let o = loadtest(out.path(), &["raw", "--count", "3000"]);
+    let r = ok(&o);
+    assert_eq!(r["raw"]["count"], 3000);
+    assert!(r["raw"]["per_s"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn an_unreachable_platform_is_a_clear_error() {
+    let out = tempfile::tempdir().unwrap();
+    let o = loadtest(
+        out.path(),
+        &[
+            "spread",
+            "--url",
+            "http://127.0.0.1:9",
+            "--token",
+            "t",
+            "--nats",
+            "nats://127.0.0.1:9",
+        ],
+    );
+    assert_ne!(o.code, Some(0));
+    assert!(o.stderr.contains("platform is ready"), "{}", o.stderr);
+}
