@@ -8,6 +8,16 @@ use serde::Deserialize;
 use serde_json::Value;
 use uuid::Uuid;
 
+impl ApiError {
+    /// Worth repeating: no answer, or the server said it could not tell (5xx).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ApiError::Http { .. } => true,
+            ApiError::Status { status, .. } => *status >= 500,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("{what}: {source}")]
@@ -87,9 +97,14 @@ impl Api {
         Ok(body)
     }
 
-    /// `POST /v1/jobs`; the job's id.
-    pub async fn create_job(&self, spec: &Value) -> Result<Uuid, ApiError> {
-        let req = self.http.post(format!("{}/v1/jobs", self.base)).json(spec);
+    /// `POST /v1/jobs` under an `Idempotency-Key`, so that repeating it after a timeout or a 503
+    /// ("may or may not have been applied") returns the job the first try created; the job's id.
+    pub async fn create_job(&self, spec: &Value, key: &str) -> Result<Uuid, ApiError> {
+        let req = self
+            .http
+            .post(format!("{}/v1/jobs", self.base))
+            .header("Idempotency-Key", key)
+            .json(spec);
         let body = self.send(|| "create job".into(), req).await?;
         let created: Created = serde_json::from_str(&body).map_err(|e| ApiError::Status {
             what: format!("create job: unexpected answer ({e})"),

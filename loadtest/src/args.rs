@@ -104,6 +104,10 @@ pub struct Common {
     /// delivered again (the platform's default is 30s).
     #[arg(long, default_value = "30s")]
     pub worker_ack_wait: Dur,
+    /// How long each no-op execution lasts (0 = returns at once); with `fault`, work in flight
+    /// is what a worker kill interrupts.
+    #[arg(long, default_value = "0ms")]
+    pub work: Dur,
     /// Also measure the raw JetStream ceiling in this run, and state figures as ratios to it.
     #[arg(long)]
     pub raw: bool,

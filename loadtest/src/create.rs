@@ -2,7 +2,9 @@
 //! `start + i / rate` whether or not earlier ones have been answered, and its latency is counted
 //! from that intended time. A server that slows down therefore shows up as latency (and as a
 //! warning that the creator fell behind), not as a quietly lower request rate ("coordinated
-//! omission").
+//! omission"). Each create carries an `Idempotency-Key` (the job's name), and one that failed
+//! transiently is repeated up to five times: the platform then answers with the job the first
+//! try created, if it did, so no job exists that the run does not know of.
 
 use std::{sync::Arc, time::Duration};
 
@@ -19,6 +21,8 @@ use crate::{
 
 /// How many error messages a report keeps.
 const KEEP_ERRORS: usize = 10;
+/// Tries of one create that failed transiently (a node lost its shards, a timeout).
+const CREATE_TRIES: u32 = 5;
 
 #[derive(Clone, Debug)]
 pub struct CreateOptions {
@@ -46,6 +50,7 @@ struct Outcome {
     latency_us: i64,
     answered_us: i64,
     send_delay_us: i64,
+    retried: bool,
 }
 
 /// Sends every spec, returns when each has an answer (or failed).
@@ -78,7 +83,18 @@ pub async fn create_all(
         let (api, tx, counters) = (api.clone(), tx.clone(), counters.clone());
         tokio::spawn(async move {
             let send_delay_us = intended.elapsed().as_micros() as i64;
-            let result = api.create_job(&spec).await.map_err(|e| e.to_string());
+            let key = spec["name"].as_str().unwrap_or_default().to_string();
+            let mut tries = 0;
+            let result = loop {
+                tries += 1;
+                match api.create_job(&spec, &key).await {
+                    Err(e) if e.is_transient() && tries < CREATE_TRIES => {
+                        // A pause before the next try, not a wait for a condition.
+                        tokio::time::sleep(Duration::from_millis(200 * tries as u64)).await;
+                    }
+                    r => break r.map_err(|e| e.to_string()),
+                }
+            };
             let latency_us = intended.elapsed().as_micros() as i64;
             drop(permit);
             match &result {
@@ -91,6 +107,7 @@ pub async fn create_all(
                 latency_us,
                 answered_us: now_us(),
                 send_delay_us,
+                retried: tries > 1,
             });
         });
     }
@@ -104,6 +121,7 @@ pub async fn create_all(
     let mut max_delay = 0;
     while let Some(o) = rx.recv().await {
         latency.push(o.latency_us);
+        created.stats.retried += o.retried as u64;
         max_delay = max_delay.max(o.send_delay_us);
         last_us = last_us.max(o.answered_us);
         match o.result {

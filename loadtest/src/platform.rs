@@ -196,6 +196,8 @@ impl Platform {
             args.concurrency.to_string(),
             "--ack-wait".into(),
             args.ack_wait.to_string(),
+            "--work".into(),
+            args.work.to_string(),
         ];
         let log = self.dir.join(format!("{}.log", args.id));
         let (proc, _) = start(&exe, &args.id, cmd, &log, "ready", Duration::from_secs(30)).await?;

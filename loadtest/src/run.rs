@@ -214,6 +214,7 @@ async fn drive(
                         queue: queue.clone(),
                         concurrency: s.worker_concurrency,
                         ack_wait: args.common.worker_ack_wait,
+                        work: args.common.work,
                     })
                     .await?;
             }

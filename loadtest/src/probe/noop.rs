@@ -1,5 +1,6 @@
 //! The no-op executor: a worker built on the worker SDK whose handler only writes down that it
-//! started, so a run measures the platform without any executor cost. It runs as its own process
+//! started (and, with `--work`, then waits that long, to stand for work a kill can interrupt),
+//! so a run measures the platform without any executor cost. It runs as its own process
 //! (`chronoshard-loadtest noop-worker`, started by the runner) so that the `fault` scenario can
 //! kill it with SIGKILL like any real worker.
 //!
@@ -45,6 +46,9 @@ pub struct NoopWorkerArgs {
     /// The queue consumer's ack wait.
     #[arg(long, default_value = "30s")]
     pub ack_wait: chronoshard_wire::Dur,
+    /// How long each execution takes after its start is logged (simulated work; 0 = none).
+    #[arg(long, default_value = "0ms")]
+    pub work: chronoshard_wire::Dur,
 }
 
 /// Runs the worker until `shutdown` (SIGTERM in the child), then drains it.
@@ -56,6 +60,7 @@ pub async fn run(args: NoopWorkerArgs, shutdown: CancellationToken) -> anyhow::R
         .with_context(|| format!("cannot open {}", args.log.display()))?;
     let log = Arc::new(Mutex::new(log));
     let by = format!("{}/{}", args.id, std::process::id());
+    let work = args.work.0;
     let handler = move |job: Job| {
         let (log, by) = (log.clone(), by.clone());
         async move {
@@ -70,10 +75,12 @@ pub async fn run(args: NoopWorkerArgs, shutdown: CancellationToken) -> anyhow::R
                 by
             );
             // One write per line: see the module doc.
-            let mut f = log
-                .lock()
-                .map_err(|_| JobError::new("start log poisoned"))?;
-            f.write_all(line.as_bytes())?;
+            log.lock()
+                .map_err(|_| JobError::new("start log poisoned"))?
+                .write_all(line.as_bytes())?;
+            if !work.is_zero() {
+                tokio::time::sleep(work).await;
+            }
             Ok::<(), JobError>(())
         }
     };

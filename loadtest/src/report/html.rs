@@ -151,7 +151,10 @@ fn summary(o: &mut String, r: &Report) -> Result {
     let mut rows = Vec::new();
     if let Some(c) = &r.create {
         let (failed, target) = (flag(c.failed > 0, c.failed), target(c.target_per_s));
-        let details = format!("requested {}, failed {failed}, {target}", c.requested);
+        let details = format!(
+            "requested {}, failed {failed}, retried {}, {target}",
+            c.requested, c.retried
+        );
         let (name, lat) = ("create (request latency)", Some(&c.latency_ms));
         rows.push(row(name, c.created, c.achieved_per_s, lat, details));
     }
@@ -610,7 +613,7 @@ mod tests {
             },
             create: Some(CreateStats {
                 requested: 1000, created: 990, failed: 10, errors: vec![EVIL.into()],
-                target_per_s: 500.0, achieved_per_s: 498.7, latency_ms: pct,
+                target_per_s: 500.0, achieved_per_s: 498.7, latency_ms: pct, retried: 3,
             }),
             fire: Some(PhaseStats { count: 990, per_s: 100.0, lateness_ms: pct }),
             start: Some(PhaseStats { count: 990, per_s: 99.0, lateness_ms: pct }),

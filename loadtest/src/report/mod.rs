@@ -93,8 +93,13 @@ pub struct Percentiles {
 pub struct CreateStats {
     pub requested: u64,
     pub created: u64,
-    /// Requests answered with an error or not at all; the first few messages are in `errors`.
+    /// Requests answered with an error or not at all (after their tries); the first few
+    /// messages are in `errors`.
     pub failed: u64,
+    /// Creates that needed more than one try (5xx or no answer, repeated under the same
+    /// `Idempotency-Key`); their latency includes every try.
+    #[serde(default)]
+    pub retried: u64,
     pub errors: Vec<String>,
     /// The open-loop rate asked for (0 = as fast as `concurrency` allows).
     pub target_per_s: f64,

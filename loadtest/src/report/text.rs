@@ -22,11 +22,12 @@ pub fn summary(r: &Report, dir: &Path) -> String {
     if let Some(c) = &r.create {
         let _ = writeln!(
             s,
-            "  create   {}/{} at {:.0}/s (asked {:.0}/s), latency {}",
+            "  create   {}/{} at {:.0}/s (asked {:.0}/s, {} retried), latency {}",
             c.created,
             c.requested,
             c.achieved_per_s,
             c.target_per_s,
+            c.retried,
             lat(&c.latency_ms)
         );
     }
