@@ -137,8 +137,9 @@ impl Api {
                 status: 200,
                 body,
             })?;
+            let progressed = !page.runs.is_empty();
             all.extend(page.runs);
-            match page.next_before {
+            match page.next_before.filter(|_| progressed) {
                 Some(b) => {
                     before = Some(b.to_rfc3339_opts(chrono::SecondsFormat::Micros, true));
                     // `+` must not become a space in the query string.

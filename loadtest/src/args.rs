@@ -76,10 +76,11 @@ pub struct Common {
     /// in a temp dir) and stops it at the end.
     #[arg(long, env = "CHRONOSHARD_URL", requires_all = ["token", "nats"])]
     pub url: Option<String>,
-    /// Admin token of that platform.
+    /// Admin token of that platform (used only with --url).
     #[arg(long, env = "CHRONOSHARD_TOKEN")]
     pub token: Option<String>,
-    /// NATS URL of that platform (the probes and no-op workers connect there).
+    /// NATS URL of that platform, where the probes and no-op workers connect (used only with
+    /// --url).
     #[arg(long, env = "CHRONOSHARD_NATS")]
     pub nats: Option<String>,
     /// The `chronoshard` binary to start (default: next to this program, then PATH).
@@ -164,10 +165,12 @@ pub struct RunArgs {
 
 #[derive(Args, Clone, Debug)]
 pub struct RawArgs {
-    /// NATS URL; without it the run starts its own nats-server (through `chronoshard dev`).
+    /// NATS URL; without it the run starts its own nats-server (in a temp dir, stopped at the
+    /// end).
     #[arg(long, env = "CHRONOSHARD_NATS")]
     pub nats: Option<String>,
-    #[arg(long)]
+    /// Accepted for symmetry with the scenarios; `raw` needs no `chronoshard` binary.
+    #[arg(long, hide = true)]
     pub chronoshard: Option<PathBuf>,
     /// Round trips to measure.
     #[arg(long, default_value_t = 100_000)]

@@ -12,7 +12,10 @@ use chronoshard_wire::{RunStatus, RunView};
 use uuid::Uuid;
 
 use crate::{
-    probe::{nats::Fired, Start},
+    probe::{
+        nats::{Completed, Fired},
+        Start,
+    },
     progress::us_of,
     report::Correctness,
     scenario::Owed,
@@ -27,8 +30,10 @@ pub struct Evidence<'a> {
     pub jobs: Vec<(Uuid, &'a Owed)>,
     pub fired: &'a [Fired],
     pub starts: &'a [Start],
-    /// `Start::by` of every executor process that was killed during the run.
-    pub killed: &'a HashSet<String>,
+    /// The `succeeded` results seen.
+    pub completed: &'a [Completed],
+    /// `Start::by` of every executor process killed during the run, with when (µs).
+    pub killed: &'a HashMap<String, i64>,
     /// Runs per job as the API lists them (absent when not asked).
     pub runs: Option<&'a HashMap<Uuid, Vec<RunView>>>,
 }
@@ -121,6 +126,24 @@ pub fn check(e: &Evidence) -> Correctness {
         }
     }
 
+    let mut by_occurrence: HashMap<Occurrence, usize> = HashMap::new();
+    for s in e.starts {
+        *by_occurrence.entry((s.job_id, s.scheduled_us)).or_default() += 1;
+    }
+    c.occurrences_executed_twice = by_occurrence.values().filter(|&&n| n > 1).count() as u64;
+    // When each attempt's success was first seen: a start is "mid-run" at a kill only if its
+    // attempt had not succeeded before the kill.
+    let mut succeeded: HashMap<(Uuid, u32), i64> = HashMap::new();
+    for d in e.completed {
+        let t = succeeded.entry((d.ticket_id, d.attempt)).or_insert(d.at_us);
+        *t = (*t).min(d.at_us);
+    }
+    let interrupted = |s: &Start| match e.killed.get(&s.by) {
+        Some(&killed_us) => succeeded
+            .get(&(s.ticket_id, s.attempt))
+            .is_none_or(|&done| done > killed_us),
+        None => false,
+    };
     let mut by_ticket: HashMap<Uuid, Vec<&Start>> = HashMap::new();
     for s in e.starts {
         by_ticket.entry(s.ticket_id).or_default().push(s);
@@ -131,9 +154,7 @@ pub fn check(e: &Evidence) -> Correctness {
         }
         c.tickets_executed_twice += 1;
         starts.sort_by_key(|s| s.at_us);
-        let excused = starts[..starts.len() - 1]
-            .iter()
-            .all(|s| e.killed.contains(&s.by));
+        let excused = starts[..starts.len() - 1].iter().all(|s| interrupted(s));
         if excused {
             c.executed_twice_after_worker_death += 1;
         } else {
@@ -188,11 +209,12 @@ mod tests {
         let (j, k) = (Uuid::now_v7(), Uuid::now_v7());
         let f = [fired(k, j, t)];
         let s = [start(k, j, t, "w/1", 5)];
-        let killed = HashSet::new();
+        let killed = HashMap::new();
         let c = check(&Evidence {
             jobs: vec![(j, &owed)],
             fired: &f,
             starts: &s,
+            completed: &[],
             killed: &killed,
             runs: None,
         });
@@ -222,7 +244,7 @@ mod tests {
             start(k3, j, s1, "w/2", 30),
             start(k3, j, s1, "w/3", 40),
         ];
-        let killed: HashSet<String> = ["w/1".to_string()].into();
+        let killed: HashMap<String, i64> = [("w/1".to_string(), 15)].into();
         let runs = HashMap::from([(
             j,
             vec![RunView {
@@ -241,6 +263,7 @@ mod tests {
             jobs: vec![(j, &owed)],
             fired: &f,
             starts: &s,
+            completed: &[],
             killed: &killed,
             runs: Some(&runs),
         });
@@ -252,6 +275,7 @@ mod tests {
         assert_eq!(c.occurrences_with_two_tickets, 1);
         assert_eq!(c.tickets_executed_twice, 2);
         assert_eq!(c.executed_twice_after_worker_death, 1);
+        assert_eq!(c.occurrences_executed_twice, 2);
         assert_eq!(c.examples.len(), 3, "{:?}", c.examples);
     }
 
@@ -277,14 +301,57 @@ mod tests {
                 updated_at: from,
             }],
         )]);
-        let killed = HashSet::new();
+        let killed = HashMap::new();
         let c = check(&Evidence {
             jobs: vec![(j, &owed)],
             fired: &[],
             starts: &[],
+            completed: &[],
             killed: &killed,
             runs: Some(&runs),
         });
         assert_eq!((c.reported_not_fired, c.missed), (3, 0));
+    }
+
+    #[test]
+    fn a_start_that_succeeded_before_the_kill_is_not_excused() {
+        let t = at("2026-11-29T12:00:00Z");
+        let owed = Owed::Once(t);
+        let (j, k) = (Uuid::now_v7(), Uuid::now_v7());
+        let s = [start(k, j, t, "w/1", 10), start(k, j, t, "w/2", 90)];
+        // The first start's success was seen at 20, the kill came at 50: the second start is
+        // a re-execution of finished work, not a recovery.
+        let done = [Completed {
+            ticket_id: k,
+            attempt: 1,
+            at_us: 20,
+        }];
+        let killed: HashMap<String, i64> = [("w/1".to_string(), 50)].into();
+        let c = check(&Evidence {
+            jobs: vec![(j, &owed)],
+            fired: &[],
+            starts: &s,
+            completed: &done,
+            killed: &killed,
+            runs: None,
+        });
+        assert_eq!(
+            (
+                c.tickets_executed_twice,
+                c.executed_twice_after_worker_death
+            ),
+            (1, 0)
+        );
+        // Had the kill come before the success, it would be excused.
+        let killed: HashMap<String, i64> = [("w/1".to_string(), 15)].into();
+        let c = check(&Evidence {
+            jobs: vec![(j, &owed)],
+            fired: &[],
+            starts: &s,
+            completed: &done,
+            killed: &killed,
+            runs: None,
+        });
+        assert_eq!(c.executed_twice_after_worker_death, 1);
     }
 }

@@ -67,19 +67,18 @@ pub async fn create_all(
     let started_us = now_us();
     let spacing = (opts.rate_per_s > 0.0).then(|| Duration::from_secs_f64(1.0 / opts.rate_per_s));
     for (index, spec) in specs.into_iter().enumerate() {
-        let intended = match spacing {
-            Some(s) => {
-                let at = start + s.mul_f64(index as f64);
-                tokio::time::sleep_until(at).await;
-                at
-            }
-            None => Instant::now(),
-        };
+        let scheduled = spacing.map(|s| start + s.mul_f64(index as f64));
+        if let Some(at) = scheduled {
+            tokio::time::sleep_until(at).await;
+        }
         let permit = permits
             .clone()
             .acquire_owned()
             .await
             .expect("the semaphore is never closed");
+        // Open loop: from the schedule, so waiting for a free slot counts. Closed loop: from the
+        // moment a slot is free, so only the request itself counts.
+        let intended = scheduled.unwrap_or_else(Instant::now);
         let (api, tx, counters) = (api.clone(), tx.clone(), counters.clone());
         tokio::spawn(async move {
             let send_delay_us = intended.elapsed().as_micros() as i64;

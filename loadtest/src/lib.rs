@@ -12,6 +12,7 @@ pub mod api;
 pub mod args;
 pub mod check;
 pub mod create;
+pub mod drain;
 pub mod machine;
 pub mod platform;
 pub mod probe;

@@ -144,6 +144,16 @@ impl Platform {
             platform.watch(&name, pid);
         }
         platform.dev = Some(dev);
+        if let Err(e) = platform.start_nodes(opts, &data).await {
+            // Stopped, not dropped: a SIGKILLed `chronoshard dev` would leave its nats-server.
+            platform.stop().await;
+            return Err(e);
+        }
+        Ok(platform)
+    }
+
+    async fn start_nodes(&mut self, opts: &SpawnOptions, data: &Path) -> anyhow::Result<()> {
+        let platform = self;
         for i in 1..=opts.node_processes {
             let id = format!("lt-node-{i}");
             let cmd = vec![
@@ -167,7 +177,7 @@ impl Platform {
             platform.watch(&id, node.pid());
             platform.nodes.push(node);
         }
-        Ok(platform)
+        Ok(())
     }
 
     fn watch(&self, name: &str, pid: u32) {
@@ -207,11 +217,12 @@ impl Platform {
     }
 
     /// SIGKILLs worker `i` and starts it again with the same id and journal; returns the killed
-    /// process's `<id>/<pid>` (how its starts are labelled).
-    pub async fn kill_and_restart_worker(&mut self, i: usize) -> anyhow::Result<String> {
+    /// process's `<id>/<pid>` (how its starts are labelled) and when it was killed (µs).
+    pub async fn kill_and_restart_worker(&mut self, i: usize) -> anyhow::Result<(String, i64)> {
         let old = self.workers.get_mut(i).context("no such worker")?;
         let label = format!("{}/{}", old.name, old.pid());
         old.child.kill().await?;
+        let killed_us = crate::progress::now_us();
         let exe = std::env::current_exe()?;
         let (proc, _) = start(
             &exe,
@@ -224,7 +235,7 @@ impl Platform {
         .await?;
         self.watch(&proc.name, proc.pid());
         self.workers[i] = proc;
-        Ok(label)
+        Ok((label, killed_us))
     }
 
     /// SIGKILLs shard node process `i` (not restarted: its shards must move to the others).
@@ -269,7 +280,14 @@ async fn start(
     ready: &str,
     timeout: Duration,
 ) -> anyhow::Result<(Proc, Vec<String>)> {
-    let err = std::fs::File::create(log.with_extension("stderr.log"))?;
+    // Appended to, so a process started again (a killed worker) keeps its predecessor's logs.
+    let append = |path: &Path| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+    };
+    let err = append(&log.with_extension("stderr.log"))?;
     let mut child = Command::new(program)
         .args(&cmd)
         .stdin(Stdio::null())
@@ -280,7 +298,7 @@ async fn start(
         .with_context(|| format!("cannot start {} ({name})", program.display()))?;
     let stdout = child.stdout.take().context("no stdout pipe")?;
     let mut lines = BufReader::new(stdout).lines();
-    let mut out = tokio::fs::File::create(log).await?;
+    let mut out = tokio::fs::File::from_std(append(log)?);
     let mut seen = Vec::new();
     if !ready.is_empty() {
         let wait = async {
@@ -294,21 +312,23 @@ async fn start(
             }
             Ok::<bool, std::io::Error>(false)
         };
-        match tokio::time::timeout(timeout, wait).await {
-            Ok(Ok(true)) => {}
-            Ok(Ok(false)) | Ok(Err(_)) => bail!(
-                "{name} exited before it was ready; see {} and its .stderr.log",
-                log.display()
-            ),
-            Err(_) => bail!("{name} not ready after {timeout:?}; see {}", log.display()),
+        let why = match tokio::time::timeout(timeout, wait).await {
+            Ok(Ok(true)) => None,
+            Ok(Ok(false)) | Ok(Err(_)) => Some("exited before it was ready".to_string()),
+            Err(_) => Some(format!("not ready after {timeout:?}")),
+        };
+        if let Some(why) = why {
+            // A clean stop, so that a child of its own (dev's nats-server) goes with it.
+            terminate(&mut child, Duration::from_secs(10)).await;
+            bail!("{name} {why}; see {} and its .stderr.log", log.display());
         }
     }
-    // Keep draining its output (it logs to stdout) so it never blocks on a full pipe.
+    // Keep draining its output (it logs to stdout) so it never blocks on a full pipe: bytes as
+    // they come, and if the log cannot be written, into nothing.
+    let mut rest = lines.into_inner();
     tokio::spawn(async move {
-        while let Ok(Some(line)) = lines.next_line().await {
-            if out.write_all(format!("{line}\n").as_bytes()).await.is_err() {
-                break;
-            }
+        if tokio::io::copy(&mut rest, &mut out).await.is_err() {
+            let _ = tokio::io::copy(&mut rest, &mut tokio::io::sink()).await;
         }
     });
     Ok((

@@ -1,10 +1,11 @@
 //! One run of a scenario, start to finish: bring up (or reach) the platform, start the probes and
 //! workers, optionally measure the raw ceiling, create the jobs, inject faults, wait until every
-//! owed occurrence is done (or the drain deadline passes), then check, summarize and write the
-//! report. The order of the steps is the only thing this module decides.
+//! owed occurrence is done (`drain.rs`; or the drain deadline passes), read every job's runs back,
+//! then check, summarize and write the report. This module orders the steps and holds the small
+//! steps no other module owns (fault injection, deleting the cron fleet, reading runs).
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashMap,
     path::PathBuf,
     sync::{Arc, Mutex},
     time::Duration,
@@ -22,13 +23,13 @@ use crate::{
     args::{Kill, RunArgs, Settings, Target},
     check::{check, Evidence},
     create::{create_all, CreateOptions},
-    machine,
+    drain, machine,
     platform::{find_chronoshard, Platform, SpawnOptions},
     probe::{self, noop::NoopWorkerArgs, procs, sink::HttpSink},
     progress::{now_us, spawn_progress, Counters},
     raw::{self, RawOptions},
     report::{self, Event, PlatformInfo, Report},
-    scenario::{self, Kind, Plan, Shape},
+    scenario::{self, Kind, Shape},
     summary::{self, Records},
 };
 
@@ -127,6 +128,11 @@ async fn reach_platform(
         }
         return Ok(Platform::external(url, token, nats, dir));
     }
+    if matches!(s.kill, Some(Kill::Worker | Kill::Both))
+        && (s.target != Target::Noop || s.workers == 0)
+    {
+        bail!("fault with --kill worker|both kills a no-op worker: it needs --target noop and --workers 1 or more");
+    }
     let kills_node = matches!(s.kill, Some(Kill::Node | Kill::Both));
     let node_processes = if kills_node {
         s.shard_nodes.max(2) - 1
@@ -193,10 +199,12 @@ async fn drive(
     let stop_probes = CancellationToken::new();
     let dropped = probe::nats::Dropped::default();
     let client = probe::nats::connect(&platform.nats_url, "loadtest-watch", &dropped).await?;
+    let feed = Arc::new(probe::nats::Feed::default());
     let watcher = probe::nats::watch(
         client.clone(),
         ctx.run_id.clone(),
         ctx.counters.clone(),
+        feed.clone(),
         stop_probes.clone(),
     )
     .await?;
@@ -290,26 +298,68 @@ async fn drive(
         created.stats.achieved_per_s,
         (us(first_due) - ctx.start_us) as f64 / 1e6
     ));
+    if created.max_send_delay_ms > 50.0 || created.stats.achieved_per_s < 0.95 * s.create_rate {
+        ctx.warnings.push(format!(
+            "the creator fell behind its schedule (up to {:.0} ms; {:.0}/s of {:.0}/s): the API, or --create-concurrency, limited the rate",
+            created.max_send_delay_ms, created.stats.achieved_per_s, s.create_rate
+        ));
+    }
     let last_due = plan.last_due().unwrap_or(first_due);
+    let jobs: Vec<(Uuid, &scenario::Owed)> = created
+        .ids
+        .iter()
+        .zip(&plan.owed)
+        .filter_map(|(id, owed)| id.map(|id| (id, owed)))
+        .collect();
+    let mut remaining = drain::Remaining::new(feed.clone(), jobs.iter().map(|(j, o)| (*j, *o)));
+    let deadline =
+        last_due + chrono::Duration::from_std(args.common.drain_timeout.0).unwrap_or_default();
 
     ctx.phase("firing");
-    let mut killed = HashSet::new();
+    let mut killed = HashMap::new();
     if let Some(kill) = s.kill {
         inject_faults(ctx, platform, kill, s, first_due, window, &mut killed).await?;
     }
     if kind == Kind::CronFleet {
-        wait_until_time(last_due + chrono::Duration::milliseconds(500)).await;
-        delete_jobs(&api, &created.ids).await;
-        ctx.event("cron jobs deleted".into());
+        // Deleting cancels what is not fired yet: only once every owed second has its ticket.
+        let unfired = drain::until_fired(&mut remaining, deadline).await;
+        let failed = delete_jobs(&api, &created.ids).await;
+        ctx.event(format!(
+            "cron jobs deleted ({unfired} owed occurrences had no ticket yet)"
+        ));
+        if failed > 0 {
+            ctx.warnings.push(format!(
+                "{failed} cron jobs could not be deleted: delete them by hand"
+            ));
+        }
     }
     ctx.phase("draining");
-    let recorded_us = wait_done(ctx, &client, &plan, last_due, args).await;
+    let js = async_nats::jetstream::new(client.clone());
+    let queue = (s.target == Target::Noop).then_some(queue.as_str());
+    let drained = drain::until_done(&mut remaining, &js, queue, deadline).await;
+    if drained.undone > 0 {
+        ctx.warnings.push(format!(
+            "drain timeout: {} owed occurrences had no success {:?} after the last was due",
+            drained.undone, args.common.drain_timeout.0
+        ));
+    }
+    if let Some(why) = drained.not_quiet {
+        ctx.warnings
+            .push(format!("the platform was not quiet at the end: {why}"));
+    }
+    let recorded_us = drained.recorded_us;
 
     stop_probes.cancel();
     let watched = watcher.await?;
     let processes = sampler.await?;
     let mut starts = match sink {
         Some(sink) => {
+            if sink.unparsed() > 0 {
+                ctx.warnings.push(format!(
+                    "the HTTP sink got {} requests without the executor headers (not counted as starts)",
+                    sink.unparsed()
+                ));
+            }
             let v = sink.starts();
             sink.stop().await;
             v
@@ -330,12 +380,6 @@ async fn drive(
     }
 
     ctx.phase("verifying");
-    let jobs: Vec<(Uuid, &scenario::Owed)> = created
-        .ids
-        .iter()
-        .zip(&plan.owed)
-        .filter_map(|(id, owed)| id.map(|id| (id, owed)))
-        .collect();
     let runs = if args.common.no_verify {
         None
     } else {
@@ -345,6 +389,7 @@ async fn drive(
         jobs: jobs.clone(),
         fired: &watched.fired,
         starts: &starts,
+        completed: &watched.completed,
         killed: &killed,
         runs: runs.as_ref(),
     }));
@@ -435,7 +480,7 @@ async fn inject_faults(
     s: &Settings,
     first_due: DateTime<Utc>,
     window: Duration,
-    killed: &mut HashSet<String>,
+    killed: &mut HashMap<String, i64>,
 ) -> anyhow::Result<()> {
     let at = |f: f64| first_due + chrono::Duration::from_std(window.mul_f64(f)).unwrap_or_default();
     if matches!(kill, Kill::Node | Kill::Both) {
@@ -450,64 +495,26 @@ async fn inject_faults(
             s.kill_at
         };
         wait_until_time(at(when)).await;
-        let label = platform.kill_and_restart_worker(0).await?;
+        let (label, at_us) = platform.kill_and_restart_worker(0).await?;
         ctx.event(format!(
             "killed worker {label} (SIGKILL) and started it again"
         ));
-        killed.insert(label);
+        killed.insert(label, at_us);
     }
     Ok(())
 }
 
-async fn delete_jobs(api: &Api, ids: &[Option<Uuid>]) {
+/// Deletes the jobs; how many could not be.
+async fn delete_jobs(api: &Api, ids: &[Option<Uuid>]) -> usize {
     stream::iter(ids.iter().flatten().copied())
-        .for_each_concurrent(64, |id| {
+        .map(|id| {
             let api = api.clone();
-            async move {
-                let _ = api.delete_job(id).await;
-            }
+            async move { api.delete_job(id).await.is_err() }
         })
-        .await;
-}
-
-/// Waits until every owed occurrence has a recorded success, or the drain deadline passes.
-/// Returns when every result was seen recorded (the results stream empty).
-async fn wait_done(
-    ctx: &mut Ctx,
-    client: &async_nats::Client,
-    plan: &Plan,
-    last_due: DateTime<Utc>,
-    args: &RunArgs,
-) -> Option<i64> {
-    let js = async_nats::jetstream::new(client.clone());
-    let expected = plan.expected();
-    let deadline =
-        last_due + chrono::Duration::from_std(args.common.drain_timeout.0).unwrap_or_default();
-    loop {
-        let completed = ctx
-            .counters
-            .completed
-            .load(std::sync::atomic::Ordering::Relaxed);
-        if Utc::now() > last_due && completed >= expected {
-            match probe::nats::results_unrecorded(&js).await {
-                Ok(0) => return Some(now_us()),
-                Ok(_) => {}
-                Err(e) => {
-                    ctx.warnings
-                        .push(format!("cannot read the results stream: {e}"));
-                    return None;
-                }
-            }
-        }
-        if Utc::now() > deadline {
-            ctx.warnings.push(format!(
-                "drain timeout: {completed} of {expected} occurrences completed {:?} after the last was due",
-                args.common.drain_timeout.0
-            ));
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        .buffer_unordered(64)
+        .filter(|failed| futures::future::ready(*failed))
+        .count()
+        .await
 }
 
 async fn read_runs(

@@ -246,11 +246,15 @@ pub fn targets(report: &Report) -> Vec<TargetCheck> {
         }
     }
     if let Some(c) = &report.correctness {
+        let lost = c.missed + c.reported_not_fired;
         t.push(check(
             "missed occurrences",
             "0",
-            c.missed.to_string(),
-            Some(c.missed == 0),
+            format!(
+                "{lost} ({} never executed, {} reported missed or skipped)",
+                c.missed, c.reported_not_fired
+            ),
+            Some(lost == 0),
         ));
         t.push(check(
             "occurrences with two tickets",
@@ -316,6 +320,7 @@ mod tests {
             fired: vec![fired(a, 1, 0, 1_000_000)],
             completed: vec![Completed {
                 ticket_id: a,
+                attempt: 1,
                 at_us: 1_500_000,
             }],
             recorded_us: Some(3_000_000),

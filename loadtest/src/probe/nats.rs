@@ -7,8 +7,9 @@ use std::{
     collections::{HashMap, HashSet},
     sync::{
         atomic::{AtomicU64, Ordering},
-        Arc,
+        Arc, Mutex,
     },
+    time::Duration,
 };
 
 use chrono::{DateTime, Utc};
@@ -34,6 +35,7 @@ pub struct Fired {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Completed {
     pub ticket_id: Uuid,
+    pub attempt: u32,
     pub at_us: i64,
 }
 
@@ -50,6 +52,7 @@ struct TicketHead {
 #[derive(Deserialize)]
 struct ResultHead {
     ticket_id: Uuid,
+    attempt: u32,
     kind: String,
 }
 
@@ -87,23 +90,112 @@ pub async fn connect(
 }
 
 /// What the watcher saw: this run's tickets as published, and the first `succeeded` result of
-/// each of them.
+/// each attempt.
 #[derive(Debug, Default)]
 pub struct Watched {
     pub fired: Vec<Fired>,
     pub completed: Vec<Completed>,
 }
 
+/// Occurrences (job, scheduled µs) as they get their first ticket published and their first
+/// success, for the runner to tick off what is owed while the run goes on.
+#[derive(Debug, Default)]
+pub struct Feed {
+    pub fired: Mutex<Vec<(Uuid, i64)>>,
+    pub done: Mutex<Vec<(Uuid, i64)>>,
+}
+
+impl Feed {
+    fn push(list: &Mutex<Vec<(Uuid, i64)>>, o: (Uuid, i64)) {
+        if let Ok(mut v) = list.lock() {
+            v.push(o);
+        }
+    }
+
+    /// Takes what arrived since the last call.
+    pub fn take(list: &Mutex<Vec<(Uuid, i64)>>) -> Vec<(Uuid, i64)> {
+        list.lock()
+            .map(|mut v| std::mem::take(&mut *v))
+            .unwrap_or_default()
+    }
+}
+
+/// Results kept for tickets not seen yet; beyond this many (results of other runs on a shared
+/// platform), the oldest set is dropped.
+const EARLY_MAX: usize = 100_000;
+
+/// How long the watcher keeps reading after `stop` once nothing more arrives.
+const QUIET: Duration = Duration::from_millis(300);
+
+#[derive(Default)]
+struct State {
+    seen: Watched,
+    /// Ticket → its occurrence.
+    ours: HashMap<Uuid, (Uuid, i64)>,
+    fired_occ: HashSet<(Uuid, i64)>,
+    done_occ: HashSet<(Uuid, i64)>,
+    done: HashSet<(Uuid, u32)>,
+    early: HashMap<Uuid, Vec<(ResultHead, i64)>>,
+}
+
+impl State {
+    fn ticket(&mut self, t: TicketHead, at_us: i64, counters: &Counters, feed: &Feed) {
+        let occ = (t.job_id, us_of(t.scheduled_at));
+        Counters::add(&counters.fired, 1);
+        self.ours.insert(t.ticket_id, occ);
+        if self.fired_occ.insert(occ) {
+            Feed::push(&feed.fired, occ);
+        }
+        self.seen.fired.push(Fired {
+            ticket_id: t.ticket_id,
+            job_id: t.job_id,
+            scheduled_us: occ.1,
+            attempt: t.attempt,
+            at_us,
+        });
+        for (r, at_us) in self.early.remove(&t.ticket_id).unwrap_or_default() {
+            self.result(r, at_us, counters, feed);
+        }
+    }
+
+    fn result(&mut self, r: ResultHead, at_us: i64, counters: &Counters, feed: &Feed) {
+        let Some(&occ) = self.ours.get(&r.ticket_id) else {
+            if self.early.len() >= EARLY_MAX {
+                self.early.clear();
+            }
+            self.early.entry(r.ticket_id).or_default().push((r, at_us));
+            return;
+        };
+        match r.kind.as_str() {
+            "started" => Counters::add(&counters.started, 1),
+            "succeeded" if self.done.insert((r.ticket_id, r.attempt)) => {
+                Counters::add(&counters.completed, 1);
+                if self.done_occ.insert(occ) {
+                    Feed::push(&feed.done, occ);
+                }
+                self.seen.completed.push(Completed {
+                    ticket_id: r.ticket_id,
+                    attempt: r.attempt,
+                    at_us,
+                });
+            }
+            _ => {}
+        }
+    }
+}
+
 /// Records, until `stop`, every ticket published whose payload carries `"loadtest": run`, and
-/// the first `succeeded` result of each (and counts `started` ones for the progress line).
+/// the first `succeeded` result of each attempt (and counts `started` ones for the progress line).
 ///
 /// Both subscriptions share one connection and the dispatch one is read first, so a result
 /// nearly always finds its ticket known; one that does not (seen once on a loaded machine) is
-/// kept aside until its ticket shows up rather than dropped.
+/// kept aside until its ticket shows up rather than dropped. After `stop` it reads on until
+/// nothing arrives for a moment, so what nats-server already sent is not lost.
 pub async fn watch(
     client: async_nats::Client,
     run: String,
     counters: Arc<Counters>,
+    feed: Arc<Feed>,
     stop: CancellationToken,
 ) -> anyhow::Result<JoinHandle<Watched>> {
     let mut tickets = client
@@ -114,69 +206,34 @@ pub async fn watch(
         .await?;
     client.flush().await?;
     Ok(tokio::spawn(async move {
-        let mut seen = Watched::default();
-        let mut ours = HashSet::new();
-        let mut done = HashSet::new();
-        let mut early: HashMap<Uuid, Vec<(String, i64)>> = HashMap::new();
+        let mut st = State::default();
+        let mut stopping = false;
         loop {
+            let quiet = tokio::time::sleep(QUIET);
             tokio::select! {
                 biased;
-                _ = stop.cancelled() => break,
+                _ = stop.cancelled(), if !stopping => stopping = true,
                 Some(msg) = tickets.next() => {
                     let at_us = now_us();
                     let Ok(t) = serde_json::from_slice::<TicketHead>(&msg.payload) else {
                         continue;
                     };
-                    if t.payload.get("loadtest").and_then(|v| v.as_str()) != Some(run.as_str()) {
-                        continue;
-                    }
-                    Counters::add(&counters.fired, 1);
-                    ours.insert(t.ticket_id);
-                    seen.fired.push(Fired {
-                        ticket_id: t.ticket_id,
-                        job_id: t.job_id,
-                        scheduled_us: us_of(t.scheduled_at),
-                        attempt: t.attempt,
-                        at_us,
-                    });
-                    for (kind, at_us) in early.remove(&t.ticket_id).unwrap_or_default() {
-                        result(&mut seen, &mut done, &counters, t.ticket_id, &kind, at_us);
+                    if t.payload.get("loadtest").and_then(|v| v.as_str()) == Some(run.as_str()) {
+                        st.ticket(t, at_us, &counters, &feed);
                     }
                 }
                 Some(msg) = results.next() => {
                     let at_us = now_us();
-                    let Ok(r) = serde_json::from_slice::<ResultHead>(&msg.payload) else {
-                        continue;
-                    };
-                    if ours.contains(&r.ticket_id) {
-                        result(&mut seen, &mut done, &counters, r.ticket_id, &r.kind, at_us);
-                    } else {
-                        early.entry(r.ticket_id).or_default().push((r.kind, at_us));
+                    if let Ok(r) = serde_json::from_slice::<ResultHead>(&msg.payload) {
+                        st.result(r, at_us, &counters, &feed);
                     }
                 }
+                _ = quiet, if stopping => break,
                 else => break,
             }
         }
-        seen
+        st.seen
     }))
-}
-
-fn result(
-    seen: &mut Watched,
-    done: &mut HashSet<Uuid>,
-    counters: &Counters,
-    ticket_id: Uuid,
-    kind: &str,
-    at_us: i64,
-) {
-    match kind {
-        "started" => Counters::add(&counters.started, 1),
-        "succeeded" if done.insert(ticket_id) => {
-            Counters::add(&counters.completed, 1);
-            seen.completed.push(Completed { ticket_id, at_us });
-        }
-        _ => {}
-    }
 }
 
 /// Messages stored in the results stream and not yet acknowledged by a shard: 0 once every
@@ -186,4 +243,24 @@ pub async fn results_unrecorded(js: &async_nats::jetstream::Context) -> anyhow::
         .get_stream(chronoshard_wire::names::RESULT_STREAM)
         .await?;
     Ok(stream.info().await?.state.messages)
+}
+
+/// Tickets of `queue` not yet delivered or not yet acknowledged by a worker (0 when the queue's
+/// consumer does not exist).
+pub async fn queue_unfinished(
+    js: &async_nats::jetstream::Context,
+    queue: &str,
+) -> anyhow::Result<u64> {
+    let stream = js
+        .get_stream(chronoshard_wire::names::DISPATCH_STREAM)
+        .await?;
+    let name = chronoshard_wire::names::worker_consumer(queue);
+    let Ok(mut consumer) = stream
+        .get_consumer::<async_nats::jetstream::consumer::pull::Config>(&name)
+        .await
+    else {
+        return Ok(0);
+    };
+    let info = consumer.info().await?;
+    Ok(info.num_pending + info.num_ack_pending as u64)
 }

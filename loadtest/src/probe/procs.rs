@@ -21,6 +21,10 @@ struct Seen {
     name: String,
     first: Option<Sample>,
     last: Option<Sample>,
+    /// When the first and the last sample were taken (µs): a process's share of a core is
+    /// over its own time in the run (a restarted worker's, a killed node's).
+    first_us: i64,
+    last_us: i64,
     peak_rss: u64,
 }
 
@@ -31,7 +35,6 @@ pub type Watched = std::sync::Arc<std::sync::Mutex<Vec<(String, u32)>>>;
 /// Samples every watched process until `stop`, then returns one row per (name, pid).
 pub fn spawn_sampler(watched: Watched, stop: CancellationToken) -> JoinHandle<Vec<ProcessStats>> {
     tokio::spawn(async move {
-        let start_us = now_us();
         let mut seen: BTreeMap<(String, u32), Seen> = BTreeMap::new();
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         loop {
@@ -42,25 +45,28 @@ pub fn spawn_sampler(watched: Watched, stop: CancellationToken) -> JoinHandle<Ve
             let list = watched.lock().map(|w| w.clone()).unwrap_or_default();
             for (name, pid) in list {
                 let Some(s) = sample(pid) else { continue };
+                let now = now_us();
                 let e = seen.entry((name.clone(), pid)).or_default();
                 e.name = name;
                 e.peak_rss = e.peak_rss.max(s.rss_bytes);
                 if e.first.is_none() {
                     e.first = Some(s.clone());
+                    e.first_us = now;
                 }
                 e.last = Some(s);
+                e.last_us = now;
             }
             if stopping {
                 break;
             }
         }
-        let wall_s = ((now_us() - start_us) as f64 / 1e6).max(1e-3);
         let tick_hz = clock_ticks_per_second() as f64;
         seen.into_iter()
             .map(|((_, pid), s)| {
                 let first = s.first.unwrap_or_default();
                 let last = s.last.unwrap_or_default();
                 let cpu_s = last.cpu_ticks.saturating_sub(first.cpu_ticks) as f64 / tick_hz;
+                let wall_s = ((s.last_us - s.first_us) as f64 / 1e6).max(0.5);
                 ProcessStats {
                     name: s.name,
                     pid,

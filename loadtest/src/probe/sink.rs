@@ -3,7 +3,10 @@
 
 use std::{
     net::SocketAddr,
-    sync::{Arc, Mutex},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc, Mutex,
+    },
 };
 
 use axum::{extract::State, http::HeaderMap, routing::post, Router};
@@ -18,22 +21,26 @@ use crate::progress::{now_us, us_of};
 #[derive(Clone)]
 struct Sink {
     starts: Arc<Mutex<Vec<Start>>>,
+    unparsed: Arc<AtomicU64>,
 }
 
 /// A running sink; `url` is what jobs target.
 pub struct HttpSink {
     pub url: String,
     starts: Arc<Mutex<Vec<Start>>>,
+    unparsed: Arc<AtomicU64>,
     task: JoinHandle<()>,
 }
 
 impl HttpSink {
     pub async fn start(shutdown: CancellationToken) -> anyhow::Result<HttpSink> {
         let starts = Arc::new(Mutex::new(Vec::new()));
+        let unparsed = Arc::new(AtomicU64::new(0));
         let app = Router::new()
             .route("/{*path}", post(record))
             .with_state(Sink {
                 starts: starts.clone(),
+                unparsed: unparsed.clone(),
             });
         let listener = tokio::net::TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
         let url = format!("http://{}/run", listener.local_addr()?);
@@ -42,7 +49,17 @@ impl HttpSink {
                 .with_graceful_shutdown(shutdown.cancelled_owned())
                 .await;
         });
-        Ok(HttpSink { url, starts, task })
+        Ok(HttpSink {
+            url,
+            starts,
+            unparsed,
+            task,
+        })
+    }
+
+    /// Requests without the executor headers a start needs (they cannot be counted).
+    pub fn unparsed(&self) -> u64 {
+        self.unparsed.load(Ordering::Relaxed)
     }
 
     /// Everything recorded so far.
@@ -50,8 +67,10 @@ impl HttpSink {
         self.starts.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
+    /// Waits (at most 10 s) for the server to finish; the shutdown token passed to `start` must
+    /// have been cancelled.
     pub async fn stop(self) {
-        let _ = self.task.await;
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), self.task).await;
     }
 }
 
@@ -72,9 +91,14 @@ async fn record(State(sink): State<Sink>, headers: HeaderMap) -> &'static str {
             by: "sink".into(),
         })
     })();
-    if let Some(s) = start {
-        if let Ok(mut v) = sink.starts.lock() {
-            v.push(s);
+    match start {
+        Some(s) => {
+            if let Ok(mut v) = sink.starts.lock() {
+                v.push(s);
+            }
+        }
+        None => {
+            sink.unparsed.fetch_add(1, Ordering::Relaxed);
         }
     }
     "ok"

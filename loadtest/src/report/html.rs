@@ -125,7 +125,7 @@ fn targets(o: &mut String, r: &Report) -> Result {
         let met = match t.met {
             Some(true) => "<span class=\"pill ok\">met</span>",
             Some(false) => "<span class=\"pill bad\">not met</span>",
-            None => "<span class=\"pill na\">not measured</span>",
+            None => "<span class=\"pill na\">not judged</span>",
         };
         let (what, target) = (esc(&t.what), esc(&t.target));
         vec![what, target, esc(&t.measured), met.to_string()]
@@ -197,8 +197,15 @@ fn correctness(o: &mut String, r: &Report) -> Result {
         ("fired (ticket published)", c.fired.to_string()),
         ("executed", c.executed.to_string()),
         ("missed", flag(c.missed > 0, c.missed)),
-        ("reported missed/skipped", c.reported_not_fired.to_string()),
+        (
+            "reported missed/skipped",
+            flag(c.reported_not_fired > 0, c.reported_not_fired),
+        ),
         ("occurrences with two tickets", flag(two > 0, two)),
+        (
+            "occurrences executed twice",
+            c.occurrences_executed_twice.to_string(),
+        ),
         ("tickets executed twice", twice.to_string()),
         ("… after their worker died", after_death.to_string()),
         ("… without a worker death", bad),
@@ -620,7 +627,7 @@ mod tests {
             end_to_end: Some(Throughput { completed: 990, window_s: 10.0, per_s: 99.0 }),
             correctness: Some(Correctness {
                 expected: 1000, fired: 999, executed: 998, missed: 2,
-                occurrences_with_two_tickets: 1, tickets_executed_twice: 3,
+                occurrences_with_two_tickets: 1, tickets_executed_twice: 3, occurrences_executed_twice: 3,
                 executed_twice_after_worker_death: 1, examples: vec![format!("job 7: {EVIL}")],
                 ..Default::default()
             }),
@@ -692,7 +699,7 @@ mod tests {
             "&lt;script&gt;alert(&#39;x&amp;y&#39;)&lt;/script&gt;",
             ">met<",
             ">not met<",
-            ">not measured<",
+            ">not judged<",
             "<th>missed</th><td><span class=\"bad\">2</span>",
             "<th>occurrences with two tickets</th><td><span class=\"bad\">1</span>",
             "<th>… without a worker death</th><td><span class=\"bad\">2</span>",

@@ -110,7 +110,7 @@ pub struct CreateStats {
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct PhaseStats {
-    /// Distinct tickets seen in this phase (first attempts and retries count once each).
+    /// Distinct tickets whose first attempt was seen in this phase (retries are not counted).
     pub count: u64,
     /// First to last event of the phase.
     pub per_s: f64,
@@ -134,12 +134,17 @@ pub struct Correctness {
     pub executed: u64,
     /// Expected occurrences never executed (and not reported `missed`/`skipped` by the platform).
     pub missed: u64,
-    /// Occurrences the platform itself reported `missed` or `skipped` (catch-up policy).
+    /// Occurrences the platform itself reported `missed` or `skipped`. Every load-test job asks
+    /// for `catchup: all` and `overlap: allow`, so these are lost occurrences too (the run fails);
+    /// they are counted apart because the platform at least said so.
     pub reported_not_fired: u64,
     /// Occurrences that got two or more distinct ticket ids: must be 0.
     pub occurrences_with_two_tickets: u64,
     /// Tickets whose executor started more than once.
     pub tickets_executed_twice: u64,
+    /// Occurrences whose executor started more than once (under one ticket or several).
+    #[serde(default)]
+    pub occurrences_executed_twice: u64,
     /// Of those, the ones whose earlier execution was on a worker killed before it finished
     /// (the only allowed reason).
     pub executed_twice_after_worker_death: u64,

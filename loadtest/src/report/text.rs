@@ -108,6 +108,7 @@ pub fn summary(r: &Report, dir: &Path) -> String {
 pub fn lost_or_doubled(r: &Report) -> bool {
     r.correctness.as_ref().is_some_and(|c| {
         c.missed > 0
+            || c.reported_not_fired > 0
             || c.occurrences_with_two_tickets > 0
             || c.tickets_executed_twice > c.executed_twice_after_worker_death
     })
