@@ -196,6 +196,7 @@ mod tests {
         Fired {
             ticket_id: ticket,
             job_id: job,
+            tenant: "t".into(),
             scheduled_us: us_of(t),
             attempt: 1,
             at_us: us_of(t),

@@ -406,6 +406,12 @@ async fn drive(
     report.fire_histogram = Some(fire_samples.histogram());
     report.start_histogram = Some(start_samples.histogram());
     report.fire = Some(fire);
+    if kind == Kind::Tenants {
+        report.fairness = Some(summary::fairness(
+            &records,
+            &scenario::tenant_name(&ctx.run_id, 0),
+        ));
+    }
     report.start = Some(start);
     report.end_to_end = summary::end_to_end(&records);
     report.create = Some(created.stats);

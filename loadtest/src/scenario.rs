@@ -131,6 +131,11 @@ fn tenant_of(shape: &Shape, run: &str, i: u64) -> String {
         }
         _ => i % tenants,
     };
+    tenant_name(run, t)
+}
+
+/// The name of tenant `t` of run `run` (tenant 0 is `tenants`' big one).
+pub fn tenant_name(run: &str, t: u64) -> String {
     format!("lt-{run}-{t}")
 }
 

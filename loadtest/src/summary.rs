@@ -10,7 +10,7 @@ use crate::{
         nats::{Completed, Fired},
         Start,
     },
-    report::{Bucket, PhaseStats, Ratio, Report, TargetCheck, Throughput, Timeline},
+    report::{Bucket, Fairness, PhaseStats, Ratio, Report, TargetCheck, Throughput, Timeline},
     stats::{Buckets, Samples},
 };
 
@@ -82,6 +82,27 @@ pub fn fire_phase(r: &Records) -> (PhaseStats, Samples) {
 
 pub fn start_phase(r: &Records) -> (PhaseStats, Samples) {
     phase(starts(r))
+}
+
+/// Fire lateness of one tenant's first attempts against everyone else's.
+pub fn fairness(r: &Records, big_tenant: &str) -> Fairness {
+    let (mut big, mut others) = (Samples::new(), Samples::new());
+    let mut seen = HashSet::new();
+    for f in &r.fired {
+        if f.attempt == 1 && seen.insert(f.ticket_id) {
+            let side = if f.tenant == big_tenant {
+                &mut big
+            } else {
+                &mut others
+            };
+            side.push(f.at_us - f.scheduled_us);
+        }
+    }
+    Fairness {
+        big_tenant: big_tenant.to_string(),
+        big: big.percentiles(),
+        others: others.percentiles(),
+    }
 }
 
 /// First ticket published → last result recorded.
@@ -245,6 +266,19 @@ pub fn targets(report: &Report) -> Vec<TargetCheck> {
             ));
         }
     }
+    if let Some(f) = &report.fairness {
+        // Fair share: the small tenants' jobs are no later than the big one's (1 ms of slack
+        // for noise).
+        t.push(check(
+            "no tenant starves another",
+            "the other tenants' fire lateness p99 <= the big tenant's",
+            format!(
+                "others p99 {:.2} ms, big tenant p99 {:.2} ms",
+                f.others.p99, f.big.p99
+            ),
+            (f.big.count > 0 && f.others.count > 0).then_some(f.others.p99 <= f.big.p99 + 1.0),
+        ));
+    }
     if let Some(c) = &report.correctness {
         let lost = c.missed + c.reported_not_fired;
         t.push(check(
@@ -284,6 +318,7 @@ mod tests {
         Fired {
             ticket_id: ticket,
             job_id: ticket,
+            tenant: "t".into(),
             scheduled_us,
             attempt,
             at_us,

@@ -191,7 +191,11 @@ fn burst_and_tenants_against_an_http_sink() {
             "1s",
         ],
     );
-    assert_nothing_lost(ok(&o), 200);
+    let r = ok(&o);
+    assert_nothing_lost(r, 200);
+    let f = &r["fairness"];
+    let counts = (f["big"]["count"].as_u64(), f["others"]["count"].as_u64());
+    assert_eq!(counts, (Some(100), Some(100)), "{f}");
 }
 
 #[test]

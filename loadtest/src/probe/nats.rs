@@ -26,6 +26,7 @@ use crate::progress::{now_us, us_of, Counters};
 pub struct Fired {
     pub ticket_id: Uuid,
     pub job_id: Uuid,
+    pub tenant: String,
     pub scheduled_us: i64,
     pub attempt: u32,
     pub at_us: i64,
@@ -43,6 +44,7 @@ pub struct Completed {
 struct TicketHead {
     ticket_id: Uuid,
     job_id: Uuid,
+    tenant: String,
     scheduled_at: DateTime<Utc>,
     attempt: u32,
     #[serde(default)]
@@ -149,6 +151,7 @@ impl State {
         self.seen.fired.push(Fired {
             ticket_id: t.ticket_id,
             job_id: t.job_id,
+            tenant: t.tenant,
             scheduled_us: occ.1,
             attempt: t.attempt,
             at_us,

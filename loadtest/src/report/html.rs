@@ -164,6 +164,15 @@ fn summary(o: &mut String, r: &Report) -> Result {
             rows.push(row(name, s.count, s.per_s, lat, String::new()));
         }
     }
+    if let Some(f) = &r.fairness {
+        let big = format!("tenant {}", esc(&f.big_tenant));
+        for (name, p, who) in [
+            ("fire: the big tenant", &f.big, big),
+            ("fire: the other tenants", &f.others, String::new()),
+        ] {
+            rows.push(row(name, p.count, 0.0, Some(p), who));
+        }
+    }
     if let Some(e) = &r.end_to_end {
         let (name, window) = ("end to end (completed)", num(e.window_s, 1));
         let details = format!("window {window} s");
@@ -643,6 +652,7 @@ mod tests {
                 bucket(5.0, 10, Some(0.2)),
             ] },
             fire_histogram: hist(vec![0.1, 0.25, 1.0, 2.5, 10.0], vec![5, 50, 30, 0, 2]),
+            fairness: None,
             start_histogram: hist(vec![0.1, 1.0], vec![3, 7, 1]),
             events: vec![Event { t_s: 2.5, what: format!("kill worker {EVIL}") }],
             targets: vec![target("p99", Some(true)), target(EVIL, Some(false)), target("x", None)],

@@ -42,6 +42,9 @@ pub struct Report {
     pub processes: Vec<ProcessStats>,
     pub timeline: Timeline,
     pub fire_histogram: Option<Histogram>,
+    /// `tenants`: fire lateness of the big tenant (half of all jobs) and of all the others.
+    #[serde(default)]
+    pub fairness: Option<Fairness>,
     pub start_histogram: Option<Histogram>,
     /// What the run did to the platform and when (faults, phases), for the plots' annotations.
     pub events: Vec<Event>,
@@ -213,6 +216,13 @@ pub struct Bucket {
 pub struct Histogram {
     pub bounds_ms: Vec<f64>,
     pub counts: Vec<u64>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Fairness {
+    pub big_tenant: String,
+    pub big: Percentiles,
+    pub others: Percentiles,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]

@@ -49,6 +49,15 @@ pub fn summary(r: &Report, dir: &Path) -> String {
             lat(&f.lateness_ms)
         );
     }
+    if let Some(f) = &r.fairness {
+        let _ = writeln!(
+            s,
+            "  tenants  fire lateness of the big tenant {}: {}; of the others: {}",
+            f.big_tenant,
+            lat(&f.big),
+            lat(&f.others)
+        );
+    }
     if let Some(e) = &r.end_to_end {
         let _ = writeln!(
             s,
