@@ -111,8 +111,10 @@ fn spread_measures_every_phase_and_writes_both_reports() {
     assert_eq!(r["end_to_end"]["completed"], 300);
     let fire = &r["fire"]["lateness_ms"];
     assert!(fire["p50"].as_f64().unwrap() <= fire["p99"].as_f64().unwrap());
-    // Start lateness includes the fire lateness: a ticket starts after it is published.
-    assert!(r["start"]["lateness_ms"]["p50"].as_f64() >= fire["p50"].as_f64());
+    // Not `start >= fire`: the two are stamped by different observers (the watcher can see a
+    // ticket after the worker started it when the watcher lags), so only each one's own order.
+    let start = &r["start"]["lateness_ms"];
+    assert!(start["p50"].as_f64().unwrap() <= start["p99"].as_f64().unwrap());
     let names: Vec<&str> = r["processes"]
         .as_array()
         .unwrap()
