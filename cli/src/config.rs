@@ -40,6 +40,26 @@ pub fn load<T: DeserializeOwned>(path: &Path) -> anyhow::Result<T> {
     toml::from_str(&text).with_context(|| format!("config file {}", path.display()))
 }
 
+/// One setting of a file as a flag default: its value, or `None` when the file leaves it out.
+pub fn one(v: &Option<impl ToString>) -> Option<Vec<String>> {
+    v.as_ref().map(|v| vec![v.to_string()])
+}
+
+/// A path setting as a flag default.
+pub fn path(v: &Option<PathBuf>) -> Option<Vec<String>> {
+    v.as_ref().map(|d| vec![d.display().to_string()])
+}
+
+/// The settings a file gives, as (arg id → values) for [`with_defaults`].
+pub fn given(
+    settings: impl IntoIterator<Item = (&'static str, Option<Vec<String>>)>,
+) -> Vec<(&'static str, Vec<String>)> {
+    settings
+        .into_iter()
+        .filter_map(|(id, v)| Some((id, v?)))
+        .collect()
+}
+
 /// Makes `values` (arg id → its values from the file) the defaults of `cmd`'s args.
 pub fn with_defaults(
     mut cmd: clap::Command,

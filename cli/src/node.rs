@@ -99,24 +99,18 @@ pub struct NodeFile {
 impl NodeFile {
     /// The file's settings as defaults of the flags (arg id → values).
     pub fn as_defaults(&self) -> Vec<(&'static str, Vec<String>)> {
-        fn one(v: &Option<impl ToString>) -> Option<Vec<String>> {
-            v.as_ref().map(|v| vec![v.to_string()])
-        }
-        let path = self.data.as_ref().map(|d| vec![d.display().to_string()]);
-        [
+        use crate::config::{given, one, path};
+        given([
             ("nats", one(&self.nats)),
             ("node_id", one(&self.node_id)),
-            ("data", path),
+            ("data", path(&self.data)),
             ("postgres", one(&self.postgres)),
             ("horizon", one(&self.horizon)),
             ("load_every", one(&self.load_every)),
             ("publish_window", one(&self.publish_window)),
             ("fire_lead", one(&self.fire_lead)),
             ("resend_after", one(&self.resend_after)),
-        ]
-        .into_iter()
-        .filter_map(|(id, v)| Some((id, v?)))
-        .collect()
+        ])
     }
 
     /// The settings in effect, as a file.

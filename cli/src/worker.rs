@@ -127,14 +127,11 @@ pub struct WorkerFile {
 impl WorkerFile {
     /// The file's settings as defaults of the flags (arg id → values).
     pub fn as_defaults(&self) -> Vec<(&'static str, Vec<String>)> {
-        fn one(v: &Option<impl ToString>) -> Option<Vec<String>> {
-            v.as_ref().map(|v| vec![v.to_string()])
-        }
-        let path = self.data.as_ref().map(|d| vec![d.display().to_string()]);
-        [
+        use crate::config::{given, one, path};
+        given([
             ("nats", one(&self.nats)),
             ("id", one(&self.id)),
-            ("data", path),
+            ("data", path(&self.data)),
             ("concurrency", one(&self.concurrency)),
             ("rate", one(&self.rate)),
             ("drain_grace", one(&self.drain_grace)),
@@ -145,10 +142,7 @@ impl WorkerFile {
             ("shell_memory_mb", one(&self.shell_memory_mb)),
             ("shell_open_files", one(&self.shell_open_files)),
             ("shell_output_limit", one(&self.shell_output_limit)),
-        ]
-        .into_iter()
-        .filter_map(|(id, v)| Some((id, v?)))
-        .collect()
+        ])
     }
 
     /// The settings in effect, as a file.
