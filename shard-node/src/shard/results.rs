@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{consumer::pull, AckKind};
 use chronoshard_telemetry::metrics;
-use chronoshard_wire::{names, TicketResult};
+use chronoshard_wire::{names, ResultKind, TicketResult};
 use futures::StreamExt;
 use tokio::{sync::mpsc, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
@@ -91,15 +91,14 @@ pub(crate) async fn start(
                     }
                 }
                 match store.apply_results(&results, ctx.clock.now_ms()).await {
-                    Ok(applied) => {
-                        for r in &results {
-                            metrics::RESULTS_APPLIED_TOTAL
-                                .with_label_values(&[&label, r.kind.as_str()])
-                                .inc();
-                        }
+                    Ok(mut applied) => {
+                        count_applied(&label, &results);
                         for m in msgs {
                             let _ = m.ack().await;
                         }
+                        // Most starts end in the same batch and most ended runs have nothing
+                        // buffered: the shard loop need not read each to find that out.
+                        applied.drop_idle_follow_ups();
                         // A shard closing drops this; the next owner re-arms from the store.
                         if !applied.follow_ups.is_empty() || applied.dead > 0 {
                             let _ = commands.send(Command::Applied(applied)).await;
@@ -121,4 +120,20 @@ pub(crate) async fn start(
         }
         .instrument(span),
     ))
+}
+
+/// Counts applied results by kind: one counter update per kind and batch.
+fn count_applied(label: &str, results: &[TicketResult]) {
+    let mut counts: Vec<(ResultKind, u64)> = Vec::new();
+    for r in results {
+        match counts.iter_mut().find(|(k, _)| *k == r.kind) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((r.kind, 1)),
+        }
+    }
+    for (kind, n) in counts {
+        metrics::RESULTS_APPLIED_TOTAL
+            .with_label_values(&[label, kind.as_str()])
+            .inc_by(n);
+    }
 }

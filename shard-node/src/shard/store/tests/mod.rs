@@ -34,6 +34,8 @@ macro_rules! store_tests {
 
 mod engine;
 mod outbox;
+mod reference;
+mod results;
 mod worker;
 
 /// A JetStream ack of an attempt (the sequence is made up: only the sweep reads it).

@@ -1,181 +1,33 @@
-//! Worker results and what follows from them: attempt and ticket status, the next attempt of a
-//! failed ticket (retry policy) or its dead letter, the run's status, and the replay of a dead
-//! letter. Each result is applied at most once: every update is conditioned on the attempt's
-//! state, so a re-sent or redelivered result changes nothing.
-//!
-//! The store decides retries because the next attempt must be written in the same transaction
-//! as the failure; the shard loop only arms the timers the returned `FollowUp`s name.
+//! The result application as it was before it became set-based (one statement per row, one
+//! result after the other), kept as the oracle the batch path is compared with
+//! (`results::a_batch_applies_exactly_like_one_result_at_a_time`). Only the tests use it.
 
 use chronoshard_wire::{JobSpec, ResultKind, RunStatus, Ticket, TicketResult};
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::{
+use super::super::{
     tickets::ticket_json,
     views::{run_status, status_of, ticket_from_json},
-    Result, Store, StoreError, Tx,
+    Applied, FollowUp, Result, Store, StoreError, Tx,
 };
 use crate::shard::retry;
 
-/// Timeout of tickets written before the column existed.
 const DEFAULT_TIMEOUT_MS: i64 = 30_000;
 
-/// Something the shard loop must do after results were applied.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum FollowUp {
-    /// Publish this attempt of a ticket at `at` (its retry backoff ends then).
-    Retry { ticket: Uuid, attempt: u32, at: i64 },
-    /// An attempt started: the watchdog checks it for a result.
-    Started {
-        ticket: Uuid,
-        attempt: u32,
-        started_at: i64,
-        timeout_ms: i64,
-    },
-    /// A run of the job ended: a buffered occurrence may fire now.
-    RunEnded { job: Uuid },
-}
-
-/// What `apply_results` did.
-#[derive(Debug, Default)]
-pub struct Applied {
-    /// Results that changed something (re-sent ones do not).
-    pub changed: usize,
-    /// Attempts that failed for good: their tickets are dead letters now.
-    pub dead: usize,
-    pub follow_ups: Vec<FollowUp>,
-}
-
-/// An attempt without a final result, as the watchdog and the loader see it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OpenAttempt {
-    pub ticket: Uuid,
-    pub attempt: u32,
-    pub not_before: Option<i64>,
-    pub published_at: Option<i64>,
-    pub started_at: Option<i64>,
-    pub progress_at: Option<i64>,
-    pub timeout_ms: i64,
-}
-
-/// The answer to a replay request.
-#[derive(Debug)]
-pub enum Replay {
-    NotFound,
-    /// The ticket is not a dead letter (never was, or was replayed already).
-    NotDead,
-    /// The next attempt, written: publish it.
-    Replayed(Box<Ticket>),
-}
-
-impl Store {
-    /// Applies worker results in one transaction.
-    pub async fn apply_results(&self, results: &[TicketResult], now: i64) -> Result<Applied> {
-        let mut tx = self.write().await?;
-        let mut out = Applied::default();
-        for r in results {
-            apply_one(&mut tx, r, now, &mut out).await?;
-        }
-        tx.commit().await?;
-        Ok(out)
+/// `Store::apply_results` as it was: one result after the other, in one transaction.
+pub(super) async fn apply_results(
+    s: &Store,
+    results: &[TicketResult],
+    now: i64,
+) -> Result<Applied> {
+    let mut tx = s.write().await?;
+    let mut out = Applied::default();
+    for r in results {
+        apply_one(&mut tx, r, now, &mut out).await?;
     }
-
-    /// Attempts that have no final result yet, oldest first: armed as retry and watchdog timers
-    /// when the shard opens.
-    pub async fn open_attempts(&self) -> Result<Vec<OpenAttempt>> {
-        let rows = sqlx::query(
-            "SELECT a.ticket_id, a.attempt, a.not_before, a.published_at, a.started_at, a.heartbeat_at, t.timeout_ms \
-             FROM attempts a JOIN tickets t ON t.id = a.ticket_id AND t.attempt = a.attempt \
-             WHERE a.finished_at IS NULL ORDER BY a.created_at",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(open_from_row).collect()
-    }
-
-    /// One attempt if it is still the ticket's current one and has no final result.
-    pub async fn open_attempt(&self, ticket: Uuid, attempt: u32) -> Result<Option<OpenAttempt>> {
-        let row = sqlx::query(
-            "SELECT a.ticket_id, a.attempt, a.not_before, a.published_at, a.started_at, a.heartbeat_at, t.timeout_ms \
-             FROM attempts a JOIN tickets t ON t.id = a.ticket_id AND t.attempt = a.attempt \
-             WHERE a.ticket_id = $1 AND a.attempt = $2 AND a.finished_at IS NULL",
-        )
-        .bind(ticket.to_string())
-        .bind(attempt as i64)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(open_from_row).transpose()
-    }
-
-    /// The ticket as its current attempt is published, if that attempt is `attempt`, is not
-    /// published yet and has no result: what a retry timer publishes.
-    pub async fn pending_attempt(&self, ticket: Uuid, attempt: u32) -> Result<Option<Ticket>> {
-        let body: Option<String> = sqlx::query_scalar(
-            "SELECT t.body FROM tickets t JOIN attempts a ON a.ticket_id = t.id AND a.attempt = t.attempt \
-             WHERE t.id = $1 AND t.attempt = $2 AND a.published_at IS NULL AND a.finished_at IS NULL",
-        )
-        .bind(ticket.to_string())
-        .bind(attempt as i64)
-        .fetch_optional(&self.pool)
-        .await?;
-        body.as_deref().map(ticket_from_json).transpose()
-    }
-
-    /// Takes a dead letter out of the dead-letter list and writes its next attempt, with the
-    /// job's retry budget counted afresh from it.
-    pub async fn replay(&self, ticket: Uuid, now: i64) -> Result<Replay> {
-        let mut tx = self.write().await?;
-        let tid = ticket.to_string();
-        let row =
-            sqlx::query("SELECT attempt, body, checkpoint, dead_at FROM tickets WHERE id = $1")
-                .bind(&tid)
-                .fetch_optional(&mut *tx)
-                .await?;
-        let Some(row) = row else {
-            return Ok(Replay::NotFound);
-        };
-        if row.try_get::<Option<i64>, _>("dead_at")?.is_none() {
-            return Ok(Replay::NotDead);
-        }
-        let made: i64 = row.try_get("attempt")?;
-        let t = next_attempt(&row, made as u32 + 1)?;
-        sqlx::query(
-            "UPDATE tickets SET attempt = $1, attempt_base = $2, status = 'dispatched', dead_at = NULL, \
-             body = $3, updated_at = $4 WHERE id = $5",
-        )
-        .bind(t.attempt as i64)
-        .bind(made)
-        .bind(ticket_json(&t)?)
-        .bind(now)
-        .bind(&tid)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "INSERT INTO attempts (ticket_id, attempt, status, created_at) VALUES ($1, $2, 'dispatched', $3)",
-        )
-        .bind(&tid)
-        .bind(t.attempt as i64)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-        sync_run(&mut tx, &tid, None, now).await?;
-        tx.commit().await?;
-        Ok(Replay::Replayed(Box::new(t)))
-    }
-}
-
-fn open_from_row(r: &sqlx::any::AnyRow) -> Result<OpenAttempt> {
-    Ok(OpenAttempt {
-        ticket: super::parse_uuid(&r.try_get::<String, _>("ticket_id")?)?,
-        attempt: r.try_get::<i64, _>("attempt")? as u32,
-        not_before: r.try_get("not_before")?,
-        published_at: r.try_get("published_at")?,
-        started_at: r.try_get("started_at")?,
-        progress_at: r.try_get("heartbeat_at")?,
-        timeout_ms: r
-            .try_get::<Option<i64>, _>("timeout_ms")?
-            .unwrap_or(DEFAULT_TIMEOUT_MS),
-    })
+    tx.commit().await?;
+    Ok(out)
 }
 
 async fn apply_one(tx: &mut Tx, r: &TicketResult, now: i64, out: &mut Applied) -> Result<()> {

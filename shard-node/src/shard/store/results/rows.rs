@@ -1,0 +1,335 @@
+//! The rows a batch of results reads and writes, and the few statements that move them: one
+//! read per table for the whole batch (tickets with every item of their occurrences, attempts,
+//! and for failures the retry policy), and one multi-row statement per table and chunk for what
+//! changed. Every statement is a round trip (to SQLite's worker thread, or over the network to
+//! Postgres); one per row was most of a result's cost.
+//!
+//! It decides nothing: `batch` applies the rules to these rows. Writes go by primary key and
+//! carry the rows' new values, which is right only because the caller's transaction has held the
+//! shard's write lock since before the read.
+
+use std::collections::HashMap;
+
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::super::{parse_uuid, values_list, Result, Tx};
+
+/// Ids per `IN (…)` list.
+const ID_CHUNK: usize = 256;
+/// Rows per multi-row write. SQLite looks up each `$n` parameter by a linear scan of the
+/// statement's parameters when sqlx binds it, so a statement's binding cost grows with the
+/// square of its parameters: a few hundred per statement keep it below a round trip's cost.
+const WRITE_CHUNK: usize = 48;
+
+/// A ticket of the batch, or another item of one of their occurrences.
+#[derive(Debug)]
+pub(super) struct TicketRow {
+    pub job_id: String,
+    pub scheduled_at: i64,
+    pub status: String,
+    pub attempt: i64,
+    pub timeout_ms: Option<i64>,
+    /// The run's reason as read.
+    pub run_reason: Option<String>,
+    /// The job holds a buffered occurrence.
+    pub buffered: bool,
+    /// Set by this batch (else the stored value stays): checkpoint, dead letter time, body.
+    pub checkpoint: Option<String>,
+    pub dead_at: Option<i64>,
+    pub body: Option<String>,
+    /// `updated_at` becomes the batch's `now`.
+    pub touched: bool,
+    pub dirty: bool,
+}
+
+/// What a failure needs beyond `TicketRow`: read only for tickets with a failure in the batch.
+#[derive(Debug)]
+pub(super) struct FailureRow {
+    pub attempt_base: i64,
+    pub body: String,
+    pub checkpoint: Option<String>,
+    pub spec: Option<String>,
+    pub state: Option<String>,
+}
+
+/// An attempt of a ticket of the batch (every column a result may change).
+#[derive(Debug, Default)]
+pub(super) struct AttemptRow {
+    pub status: String,
+    pub published_at: Option<i64>,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+    pub worker: Option<String>,
+    pub error: Option<String>,
+    pub http_status: Option<i64>,
+    pub output: Option<String>,
+    pub heartbeat_at: Option<i64>,
+    /// Written by this batch (a retry), to be inserted: `created_at` is `now`, with this
+    /// `not_before`.
+    pub inserted: Option<Option<i64>>,
+    pub dirty: bool,
+}
+
+/// The new state of a run (occurrence).
+#[derive(Debug)]
+pub(super) struct RunRow {
+    pub status: &'static str,
+    pub attempts: i64,
+    pub reason: Option<String>,
+}
+
+/// Occurrences are keyed by job id (as stored) and scheduled time.
+pub(super) type Occurrence = (String, i64);
+
+/// The tickets `ids` and every item ticket of their occurrences, by id.
+pub(super) async fn read_tickets(tx: &mut Tx, ids: &[String]) -> Result<HashMap<Uuid, TicketRow>> {
+    let mut out = HashMap::new();
+    for chunk in ids.chunks(ID_CHUNK) {
+        let sql = format!(
+            "SELECT i.id, i.job_id, i.scheduled_at, i.status, i.attempt, i.timeout_ms, r.reason, j.buffered_at \
+             FROM tickets t JOIN tickets i ON i.job_id = t.job_id AND i.scheduled_at = t.scheduled_at \
+             LEFT JOIN runs r ON r.job_id = i.job_id AND r.scheduled_at = i.scheduled_at \
+             LEFT JOIN jobs j ON j.id = i.job_id WHERE t.id IN ({})",
+            placeholders(chunk.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for id in chunk {
+            q = q.bind(id);
+        }
+        for r in q.fetch_all(&mut **tx).await? {
+            let id = parse_uuid(&r.try_get::<String, _>(0)?)?;
+            if out.contains_key(&id) {
+                // an item of an occurrence two tickets of the batch belong to
+                continue;
+            }
+            out.insert(
+                id,
+                TicketRow {
+                    job_id: r.try_get(1)?,
+                    scheduled_at: r.try_get(2)?,
+                    status: r.try_get(3)?,
+                    attempt: r.try_get(4)?,
+                    timeout_ms: r.try_get(5)?,
+                    run_reason: r.try_get(6)?,
+                    buffered: r.try_get::<Option<i64>, _>(7)?.is_some(),
+                    checkpoint: None,
+                    dead_at: None,
+                    body: None,
+                    touched: false,
+                    dirty: false,
+                },
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// Every attempt of the tickets `ids`.
+pub(super) async fn read_attempts(
+    tx: &mut Tx,
+    ids: &[String],
+) -> Result<HashMap<(Uuid, i64), AttemptRow>> {
+    let mut out = HashMap::new();
+    for chunk in ids.chunks(ID_CHUNK) {
+        let sql = format!(
+            "SELECT ticket_id, attempt, status, published_at, started_at, finished_at, worker, error, \
+             http_status, output, heartbeat_at FROM attempts WHERE ticket_id IN ({})",
+            placeholders(chunk.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for id in chunk {
+            q = q.bind(id);
+        }
+        for r in q.fetch_all(&mut **tx).await? {
+            let key = (
+                parse_uuid(&r.try_get::<String, _>(0)?)?,
+                r.try_get::<i64, _>(1)?,
+            );
+            out.insert(
+                key,
+                AttemptRow {
+                    status: r.try_get(2)?,
+                    published_at: r.try_get(3)?,
+                    started_at: r.try_get(4)?,
+                    finished_at: r.try_get(5)?,
+                    worker: r.try_get(6)?,
+                    error: r.try_get(7)?,
+                    http_status: r.try_get(8)?,
+                    output: r.try_get(9)?,
+                    heartbeat_at: r.try_get(10)?,
+                    inserted: None,
+                    dirty: false,
+                },
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// The retry state of the tickets `ids` and their jobs.
+pub(super) async fn read_failures(
+    tx: &mut Tx,
+    ids: &[String],
+) -> Result<HashMap<Uuid, FailureRow>> {
+    let mut out = HashMap::new();
+    for chunk in ids.chunks(ID_CHUNK) {
+        let sql = format!(
+            "SELECT t.id, t.attempt_base, t.body, t.checkpoint, j.spec, j.state FROM tickets t \
+             LEFT JOIN jobs j ON j.id = t.job_id WHERE t.id IN ({})",
+            placeholders(chunk.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for id in chunk {
+            q = q.bind(id);
+        }
+        for r in q.fetch_all(&mut **tx).await? {
+            out.insert(
+                parse_uuid(&r.try_get::<String, _>(0)?)?,
+                FailureRow {
+                    attempt_base: r.try_get(1)?,
+                    body: r.try_get(2)?,
+                    checkpoint: r.try_get(3)?,
+                    spec: r.try_get(4)?,
+                    state: r.try_get(5)?,
+                },
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// Inserts the attempts written by this batch (none exists: all of their tickets' attempts were
+/// read), with every column as the batch left it.
+pub(super) async fn insert_attempts(
+    tx: &mut Tx,
+    rows: &[((Uuid, i64), &AttemptRow)],
+    now: i64,
+) -> Result<()> {
+    for chunk in rows.chunks(WRITE_CHUNK) {
+        let sql = format!(
+            "INSERT INTO attempts (ticket_id, attempt, status, created_at, not_before, published_at, \
+             started_at, finished_at, worker, error, http_status, output, heartbeat_at) VALUES {} \
+             ON CONFLICT DO NOTHING",
+            values_list(chunk.len(), 13, 1)
+        );
+        let mut q = sqlx::query(&sql);
+        for ((ticket, attempt), a) in chunk {
+            q = q
+                .bind(ticket.to_string())
+                .bind(*attempt)
+                .bind(a.status.as_str())
+                .bind(now)
+                .bind(a.inserted.flatten())
+                .bind(a.published_at)
+                .bind(a.started_at)
+                .bind(a.finished_at)
+                .bind(a.worker.as_deref())
+                .bind(a.error.as_deref())
+                .bind(a.http_status)
+                .bind(a.output.as_deref())
+                .bind(a.heartbeat_at);
+        }
+        q.execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+/// Writes changed attempts.
+pub(super) async fn update_attempts(
+    tx: &mut Tx,
+    rows: &[((Uuid, i64), &AttemptRow)],
+) -> Result<()> {
+    for chunk in rows.chunks(WRITE_CHUNK) {
+        // VALUES columns are `column1..n` on both backends.
+        let sql = format!(
+            "UPDATE attempts SET status = v.column3, published_at = v.column4, started_at = v.column5, \
+             finished_at = v.column6, worker = v.column7, error = v.column8, http_status = v.column9, \
+             output = v.column10, heartbeat_at = v.column11 FROM (VALUES {}) AS v \
+             WHERE attempts.ticket_id = v.column1 AND attempts.attempt = v.column2",
+            values_list(chunk.len(), 11, 1)
+        );
+        let mut q = sqlx::query(&sql);
+        for ((ticket, attempt), a) in chunk {
+            q = q
+                .bind(ticket.to_string())
+                .bind(*attempt)
+                .bind(a.status.as_str())
+                .bind(a.published_at)
+                .bind(a.started_at)
+                .bind(a.finished_at)
+                .bind(a.worker.as_deref())
+                .bind(a.error.as_deref())
+                .bind(a.http_status)
+                .bind(a.output.as_deref())
+                .bind(a.heartbeat_at);
+        }
+        q.execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+/// Writes changed tickets: status and attempt, and what the batch set of checkpoint, dead
+/// letter time, body and update time (the rest keeps its stored value).
+pub(super) async fn update_tickets(
+    tx: &mut Tx,
+    rows: &[(Uuid, &TicketRow)],
+    now: i64,
+) -> Result<()> {
+    for chunk in rows.chunks(WRITE_CHUNK) {
+        let sql = format!(
+            "UPDATE tickets SET status = v.column2, attempt = v.column3, \
+             checkpoint = COALESCE(v.column4, tickets.checkpoint), dead_at = COALESCE(v.column5, tickets.dead_at), \
+             body = COALESCE(v.column6, tickets.body), updated_at = COALESCE(v.column7, tickets.updated_at) \
+             FROM (VALUES {}) AS v WHERE tickets.id = v.column1",
+            values_list(chunk.len(), 7, 1)
+        );
+        let mut q = sqlx::query(&sql);
+        for (id, t) in chunk {
+            q = q
+                .bind(id.to_string())
+                .bind(t.status.as_str())
+                .bind(t.attempt)
+                .bind(t.checkpoint.as_deref())
+                .bind(t.dead_at)
+                .bind(t.body.as_deref())
+                .bind(t.touched.then_some(now));
+        }
+        q.execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+/// Writes the new state of runs (an occurrence without a run row has none to write).
+pub(super) async fn update_runs(
+    tx: &mut Tx,
+    rows: &[(&Occurrence, &RunRow)],
+    now: i64,
+) -> Result<()> {
+    for chunk in rows.chunks(WRITE_CHUNK) {
+        let sql = format!(
+            "UPDATE runs SET status = v.column3, attempts = v.column4, reason = v.column5, updated_at = $1 \
+             FROM (VALUES {}) AS v WHERE runs.job_id = v.column1 AND runs.scheduled_at = v.column2",
+            values_list(chunk.len(), 5, 2)
+        );
+        let mut q = sqlx::query(&sql).bind(now);
+        for ((job, at), r) in chunk {
+            q = q
+                .bind(job.as_str())
+                .bind(*at)
+                .bind(r.status)
+                .bind(r.attempts)
+                .bind(r.reason.as_deref());
+        }
+        q.execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
+/// `$1, $2, …, $n`.
+fn placeholders(n: usize) -> String {
+    (1..=n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
