@@ -17,7 +17,7 @@ use std::{
 
 use anyhow::Context;
 use chronoshard_control_plane::{ControlPlane, Options as ControlPlaneOptions};
-use chronoshard_shard_node::{Options as NodeOptions, ShardConfig, ShardNode};
+use chronoshard_shard_node::{Connections, Options as NodeOptions, ShardConfig, ShardNode};
 use chronoshard_worker::{
     executor::{shell::ShellOptions, ssrf::SsrfGuard, Builtins},
     Handlers, Options as WorkerOptions, QueueLimits, Worker,
@@ -120,9 +120,11 @@ impl Platform {
                 },
                 shard: opts.shard.clone(),
             };
-            let (_, task) =
-                ShardNode::start(node, connect(format!("node-{i}")).await?, shutdown.clone())
-                    .await?;
+            let nats = Connections {
+                data: connect(format!("node-{i}")).await?,
+                membership: connect(format!("node-{i} membership")).await?,
+            };
+            let (_, task) = ShardNode::start(node, nats, shutdown.clone()).await?;
             tasks.push(task);
         }
         for i in 1..=opts.workers {

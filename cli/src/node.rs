@@ -12,7 +12,7 @@ use std::{path::PathBuf, time::Duration};
 
 use anyhow::Context;
 use chronoshard_cluster::{Cluster, HEARTBEAT_EVERY};
-use chronoshard_shard_node::{Databases, Options, ShardConfig, ShardNode};
+use chronoshard_shard_node::{Connections, Databases, Options, ShardConfig, ShardNode};
 use chronoshard_wire::{duration::Dur, job::check_token};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
@@ -191,20 +191,30 @@ pub async fn run(args: ShardNodeArgs, shutdown: CancellationToken) -> anyhow::Re
         }
         Databases::Postgres(url) => format!("PostgreSQL {}", without_password(url)),
     };
-    let client = async_nats::ConnectOptions::new()
-        .name(&opts.node_id)
-        .connect(&args.nats)
+    let connect = |name: String| async {
+        async_nats::ConnectOptions::new()
+            .name(name)
+            .connect(&args.nats)
+            .await
+            .with_context(|| format!("cannot connect to NATS at {}", args.nats))
+    };
+    let client = connect(opts.node_id.clone()).await?;
+    let membership = connect(format!("{} membership", opts.node_id)).await?;
+    let cluster = Cluster::connect(membership.clone())
         .await
-        .with_context(|| format!("cannot connect to NATS at {}", args.nats))?;
-    let cluster = Cluster::connect(client.clone()).await.with_context(|| {
-        format!(
-            "cannot set up the cluster state in NATS at {} (is JetStream enabled?)",
-            args.nats
-        )
-    })?;
+        .with_context(|| {
+            format!(
+                "cannot set up the cluster state in NATS at {} (is JetStream enabled?)",
+                args.nats
+            )
+        })?;
     refuse_a_live_namesake(&cluster, &opts.node_id).await?;
     let node_id = opts.node_id.clone();
-    let (_, mut task) = ShardNode::start(opts, client, shutdown.clone())
+    let nats = Connections {
+        data: client,
+        membership,
+    };
+    let (_, mut task) = ShardNode::start(opts, nats, shutdown.clone())
         .await
         .context("cannot start the shard node")?;
     println!("chronoshard shard-node {node_id} is ready");

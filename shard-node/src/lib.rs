@@ -13,5 +13,5 @@ pub mod clock;
 pub mod node;
 pub mod shard;
 
-pub use node::{Handle, Options, ShardNode};
+pub use node::{Connections, Handle, Options, ShardNode};
 pub use shard::{store::Databases, ShardConfig};

@@ -3,7 +3,7 @@
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
-use chronoshard_cluster::{Cluster, HEARTBEAT_EVERY};
+use chronoshard_cluster::{Cluster, HEARTBEAT_EVERY, HEARTBEAT_TTL};
 use chronoshard_wire::rpc::{NodeInfo, ShardAssignment};
 use futures::StreamExt;
 use tokio::{sync::watch, task::JoinHandle};
@@ -50,30 +50,57 @@ struct Running {
     task: JoinHandle<Result<(), shard::ShardError>>,
 }
 
+/// The node's two connections to NATS.
+///
+/// Membership (heartbeats, the shard map) has its own: a connection's messages reach the server
+/// in order, so a heartbeat sent on the connection that publishes tickets waits behind every
+/// ticket published before it. Under a burst that wait outlasted the heartbeat TTL and the
+/// control plane moved every shard of a healthy node.
+#[derive(Clone, Debug)]
+pub struct Connections {
+    /// Tickets, results and shard requests.
+    pub data: async_nats::Client,
+    /// Heartbeats and the shard map.
+    pub membership: async_nats::Client,
+}
+
+impl From<async_nats::Client> for Connections {
+    /// One connection for both: enough for tests that publish little.
+    fn from(client: async_nats::Client) -> Self {
+        Connections {
+            data: client.clone(),
+            membership: client,
+        }
+    }
+}
+
 pub struct ShardNode;
 
 impl ShardNode {
     /// Starts the node; it runs until `shutdown` fires, then closes its shards and deregisters.
     pub async fn start(
         opts: Options,
-        client: async_nats::Client,
+        nats: impl Into<Connections>,
         shutdown: CancellationToken,
     ) -> Result<(Handle, JoinHandle<()>), Error> {
-        Self::start_with_clock(opts, client, Arc::new(SystemClock), shutdown).await
+        Self::start_with_clock(opts, nats, Arc::new(SystemClock), shutdown).await
     }
 
     pub async fn start_with_clock(
         opts: Options,
-        client: async_nats::Client,
+        nats: impl Into<Connections>,
         clock: SharedClock,
         shutdown: CancellationToken,
     ) -> Result<(Handle, JoinHandle<()>), Error> {
-        let cluster = Cluster::connect(client).await?;
+        let nats = nats.into();
+        let cluster = Cluster::connect(nats.data).await?;
+        let membership = Cluster::connect(nats.membership).await?;
         let (open_tx, open_rx) = watch::channel(Vec::new());
         let span = tracing::info_span!("shard_node", node_id = %opts.node_id);
         let node = Node {
             opts,
             cluster,
+            membership,
             clock,
             running: HashMap::new(),
             desired: HashMap::new(),
@@ -87,7 +114,10 @@ impl ShardNode {
 
 struct Node {
     opts: Options,
+    /// On the data connection: what the shards use.
     cluster: Cluster,
+    /// On the membership connection: heartbeats and the shard map.
+    membership: Cluster,
     clock: SharedClock,
     running: HashMap<u32, Running>,
     /// Shards the map assigns to this node, with their epochs.
@@ -99,30 +129,29 @@ struct Node {
 
 impl Node {
     async fn run(mut self, shutdown: CancellationToken) {
-        let started_at = chrono::Utc::now();
-        let mut heartbeat = tokio::time::interval(HEARTBEAT_EVERY);
+        let stop_heartbeat = CancellationToken::new();
+        let heartbeat = tokio::spawn(
+            heartbeat(
+                self.membership.clone(),
+                self.opts.node_id.clone(),
+                self.open_tx.subscribe(),
+                stop_heartbeat.clone(),
+            )
+            .in_current_span(),
+        );
+        // Restarts shards whose task ended while assigned here.
+        let mut retry = tokio::time::interval(HEARTBEAT_EVERY);
         let mut watch = None;
         loop {
             if watch.is_none() {
-                match self.cluster.watch_shard_map().await {
+                match self.membership.watch_shard_map().await {
                     Ok(w) => watch = Some(w),
                     Err(e) => warn!(error = %e, "cannot watch the shard map; retrying"),
                 }
             }
             tokio::select! {
                 _ = shutdown.cancelled() => break,
-                _ = heartbeat.tick() => {
-                    self.reconcile();
-                    let info = NodeInfo {
-                        node_id: self.opts.node_id.clone(),
-                        started_at,
-                        heartbeat_at: chrono::Utc::now(),
-                        shards: self.open_shards(),
-                    };
-                    if let Err(e) = self.cluster.heartbeat_node(&info).await {
-                        warn!(error = %e, "heartbeat failed");
-                    }
-                }
+                _ = retry.tick() => self.reconcile(),
                 entry = next_entry(&mut watch) => match entry {
                     Some(entry) => {
                         let shard = entry.key.strip_prefix("shard.").and_then(|s| s.parse::<u32>().ok());
@@ -146,7 +175,10 @@ impl Node {
                 },
             }
         }
-        let _ = self.cluster.forget_node(&self.opts.node_id).await;
+        // No heartbeat may follow the removal: it would list the node again.
+        stop_heartbeat.cancel();
+        let _ = heartbeat.await;
+        let _ = self.membership.forget_node(&self.opts.node_id).await;
         self.desired.clear();
         self.reconcile();
         for (_, task) in self.stopping.drain() {
@@ -214,6 +246,51 @@ impl Node {
             );
         }
         let _ = self.open_tx.send(self.open_shards());
+    }
+}
+
+/// Puts the node's entry in the registry every `HEARTBEAT_EVERY` until `stop`, with the shards
+/// open at that moment. Its own task: nothing the node loop waits for can delay it.
+async fn heartbeat(
+    membership: Cluster,
+    node_id: String,
+    open: watch::Receiver<Vec<u32>>,
+    stop: CancellationToken,
+) {
+    let started_at = chrono::Utc::now();
+    let mut every = tokio::time::interval(HEARTBEAT_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let due = tokio::select! {
+            _ = stop.cancelled() => return,
+            due = every.tick() => due,
+        };
+        let info = NodeInfo {
+            node_id: node_id.clone(),
+            started_at,
+            heartbeat_at: chrono::Utc::now(),
+            shards: open.borrow().clone(),
+        };
+        let woke = due.elapsed();
+        let put = tokio::select! {
+            _ = stop.cancelled() => return,
+            put = membership.heartbeat_node(&info) => put,
+        };
+        if let Err(e) = put {
+            warn!(error = %e, "heartbeat failed");
+        }
+        // A late heartbeat is the first sign of a node about to lose its shards (the registry
+        // forgets it after `HEARTBEAT_TTL`): say how late, and whether this process (waking
+        // up) or NATS (storing it) was slow.
+        let took = due.elapsed() - woke;
+        if woke + took > HEARTBEAT_EVERY {
+            warn!(
+                wake_ms = woke.as_millis() as u64,
+                put_ms = took.as_millis() as u64,
+                ttl_ms = HEARTBEAT_TTL.as_millis() as u64,
+                "heartbeat late"
+            );
+        }
     }
 }
 
