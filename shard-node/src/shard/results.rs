@@ -8,10 +8,10 @@ use std::time::Duration;
 use async_nats::jetstream::{consumer::pull, AckKind};
 use chronoshard_telemetry::metrics;
 use chronoshard_wire::{names, ResultKind, TicketResult};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use tokio::{sync::mpsc, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
-use tracing::{warn, Instrument};
+use tracing::{info, warn, Instrument};
 
 use super::{
     store::{Store, StoreError},
@@ -65,7 +65,13 @@ pub(crate) async fn start(
             let mut batches = messages.ready_chunks(BATCH);
             loop {
                 let batch = tokio::select! {
-                    _ = stop.cancelled() => break,
+                    _ = stop.cancelled() => {
+                        let handed = hand_back(batches).await;
+                        if handed > 0 {
+                            info!(results = handed, "results handed back to the next owner");
+                        }
+                        break;
+                    }
                     b = batches.next() => match b { Some(b) => b, None => break },
                 };
                 let mut msgs = Vec::with_capacity(batch.len());
@@ -122,6 +128,26 @@ pub(crate) async fn start(
     ))
 }
 
+/// Gives back the results pulled but not applied when the shard stops (it moved, or the node
+/// stops): left unacknowledged they would reach the next owner only after the ack wait (30 s).
+/// Returns how many. Results still on their way from the server are not caught: they wait.
+async fn hand_back<S, M>(mut batches: S) -> usize
+where
+    S: futures::Stream<Item = Vec<Result<async_nats::jetstream::Message, M>>> + Unpin,
+{
+    let mut buffered = Vec::new();
+    while let Some(Some(batch)) = batches.next().now_or_never() {
+        buffered.extend(batch.into_iter().flatten());
+    }
+    // Unsubscribe first: the server redelivers a NAKed message to any open pull request, and
+    // this one's would still be open, with nobody reading it.
+    drop(batches);
+    for m in &buffered {
+        let _ = m.ack_with(AckKind::Nak(None)).await;
+    }
+    buffered.len()
+}
+
 /// Counts applied results by kind: one counter update per kind and batch.
 fn count_applied(label: &str, results: &[TicketResult]) {
     let mut counts: Vec<(ResultKind, u64)> = Vec::new();
@@ -135,5 +161,80 @@ fn count_applied(label: &str, results: &[TicketResult]) {
         metrics::RESULTS_APPLIED_TOTAL
             .with_label_values(&[label, kind.as_str()])
             .inc_by(n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{collections::HashSet, time::Duration};
+
+    use async_nats::jetstream::{self, consumer::pull, stream};
+    use futures::StreamExt;
+
+    use super::hand_back;
+
+    /// A shard that stops with results pulled but not applied gives them back: the next pull
+    /// gets them at once, not after the 30 s ack wait.
+    #[tokio::test]
+    async fn results_pulled_by_a_stopping_shard_go_back_at_once() {
+        let nats = chronoshard_test_util::Nats::start().await.unwrap();
+        let js = jetstream::new(nats.client().await.unwrap());
+        let results = js
+            .create_stream(stream::Config {
+                name: "R".into(),
+                subjects: vec!["r".into()],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        for i in 0..20 {
+            js.publish("r", i.to_string().into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+        let config = pull::Config {
+            durable_name: Some("c".into()),
+            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+            ack_wait: Duration::from_secs(30),
+            ..Default::default()
+        };
+        let consumer = results.create_consumer(config).await.unwrap();
+        let mut batches = consumer
+            .messages()
+            .await
+            .unwrap()
+            .ready_chunks(256)
+            .peekable();
+        let buffered = std::pin::Pin::new(&mut batches).peek();
+        tokio::time::timeout(Duration::from_secs(10), buffered)
+            .await
+            .expect("a batch is delivered within 10 s")
+            .unwrap();
+        let handed = hand_back(batches).await;
+        assert!(handed >= 1, "a batch was buffered");
+
+        let again = results.get_consumer::<pull::Config>("c").await.unwrap();
+        let mut seen = HashSet::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while seen.len() < handed && tokio::time::Instant::now() < deadline {
+            let mut batch = again
+                .fetch()
+                .max_messages(20)
+                .expires(Duration::from_millis(500))
+                .messages()
+                .await
+                .unwrap();
+            while let Some(Ok(m)) = batch.next().await {
+                seen.insert(m.payload.clone());
+                m.ack().await.unwrap();
+            }
+        }
+        assert!(
+            seen.len() >= handed,
+            "{handed} results handed back, {} pulled again within 5 s",
+            seen.len()
+        );
     }
 }
