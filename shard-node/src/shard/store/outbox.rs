@@ -6,10 +6,7 @@ use chronoshard_wire::Ticket;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::{parse_uuid, values_list, views::ticket_from_json, Result, Store};
-
-/// Acks recorded per statement: far below both backends' bind-parameter limits.
-const MARK_CHUNK: usize = 500;
+use super::{parse_uuid, rows_per_statement, values_list, views::ticket_from_json, Result, Store};
 
 /// A ticket attempt to publish, with how often the lost-ticket sweep has sent it already.
 #[derive(Clone, Debug, PartialEq)]
@@ -53,7 +50,7 @@ impl Store {
             return Ok(());
         }
         let mut tx = self.write().await?;
-        for chunk in acked.chunks(MARK_CHUNK) {
+        for chunk in acked.chunks(rows_per_statement(3)) {
             let values = values_list(chunk.len(), 3, 2);
             // VALUES columns are `column1..3` on both backends.
             let sql = format!(

@@ -13,14 +13,10 @@ use std::collections::HashMap;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::super::{parse_uuid, values_list, Result, Tx};
+use super::super::{parse_uuid, rows_per_statement, values_list, Result, Tx};
 
 /// Ids per `IN (…)` list.
 const ID_CHUNK: usize = 256;
-/// Rows per multi-row write. SQLite looks up each `$n` parameter by a linear scan of the
-/// statement's parameters when sqlx binds it, so a statement's binding cost grows with the
-/// square of its parameters: a few hundred per statement keep it below a round trip's cost.
-const WRITE_CHUNK: usize = 48;
 
 /// A ticket of the batch, or another item of one of their occurrences.
 #[derive(Debug)]
@@ -206,7 +202,7 @@ pub(super) async fn insert_attempts(
     rows: &[((Uuid, i64), &AttemptRow)],
     now: i64,
 ) -> Result<()> {
-    for chunk in rows.chunks(WRITE_CHUNK) {
+    for chunk in rows.chunks(rows_per_statement(13)) {
         let sql = format!(
             "INSERT INTO attempts (ticket_id, attempt, status, created_at, not_before, published_at, \
              started_at, finished_at, worker, error, http_status, output, heartbeat_at) VALUES {} \
@@ -240,7 +236,7 @@ pub(super) async fn update_attempts(
     tx: &mut Tx,
     rows: &[((Uuid, i64), &AttemptRow)],
 ) -> Result<()> {
-    for chunk in rows.chunks(WRITE_CHUNK) {
+    for chunk in rows.chunks(rows_per_statement(11)) {
         // VALUES columns are `column1..n` on both backends.
         let sql = format!(
             "UPDATE attempts SET status = v.column3, published_at = v.column4, started_at = v.column5, \
@@ -276,7 +272,7 @@ pub(super) async fn update_tickets(
     rows: &[(Uuid, &TicketRow)],
     now: i64,
 ) -> Result<()> {
-    for chunk in rows.chunks(WRITE_CHUNK) {
+    for chunk in rows.chunks(rows_per_statement(7)) {
         let sql = format!(
             "UPDATE tickets SET status = v.column2, attempt = v.column3, \
              checkpoint = COALESCE(v.column4, tickets.checkpoint), dead_at = COALESCE(v.column5, tickets.dead_at), \
@@ -306,7 +302,7 @@ pub(super) async fn update_runs(
     rows: &[(&Occurrence, &RunRow)],
     now: i64,
 ) -> Result<()> {
-    for chunk in rows.chunks(WRITE_CHUNK) {
+    for chunk in rows.chunks(rows_per_statement(5)) {
         let sql = format!(
             "UPDATE runs SET status = v.column3, attempts = v.column4, reason = v.column5, updated_at = $1 \
              FROM (VALUES {}) AS v WHERE runs.job_id = v.column1 AND runs.scheduled_at = v.column2",
