@@ -261,3 +261,76 @@ async fn bad_input_gets_a_problem_document_naming_the_field() {
     }
     p.stop().await.unwrap();
 }
+
+/// Many creates at once on one tenant (one shard, so they queue together and are written in
+/// shared transactions): each gets its own answer. A repeated Idempotency-Key with the same body
+/// answers the first job (200), with another body 422 `idempotency_key_reused`; whichever of a
+/// pair comes first creates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_at_once_each_get_their_own_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = platform(dir.path()).await;
+    let api = std::sync::Arc::new(Api::new(&p));
+    let body = |name: &str| {
+        json!({"tenant": "many", "name": name, "schedule": {"at": "2099-01-01T00:00:00Z"},
+            "target": {"type": "queue", "queue": "q"}})
+        .to_string()
+    };
+    // keys 0..100 once; keys 0..50 again with the same body, 50..100 with another one.
+    let mut requests: Vec<(usize, String)> =
+        (0..100).map(|k| (k, body(&format!("j{k}")))).collect();
+    requests.extend((0..50).map(|k| (k, body(&format!("j{k}")))));
+    requests.extend((50..100).map(|k| (k, body(&format!("other{k}")))));
+    let mut set = tokio::task::JoinSet::new();
+    for (i, (key, body)) in requests.into_iter().enumerate() {
+        let api = api.clone();
+        set.spawn(async move {
+            let req = api
+                .http
+                .post(format!("{}/v1/jobs", api.base))
+                .bearer_auth(&api.token)
+                .header("content-type", "application/json")
+                .header("idempotency-key", format!("key-{key}"))
+                .body(body);
+            let resp = req.send().await.expect("request sent");
+            let status = resp.status().as_u16();
+            let v: Value = resp.json().await.unwrap();
+            (i, key, status, v)
+        });
+    }
+    let mut by_key: std::collections::BTreeMap<usize, Vec<(u16, Value)>> = Default::default();
+    while let Some(r) = set.join_next().await {
+        let (_, key, status, v) = r.unwrap();
+        by_key.entry(key).or_default().push((status, v));
+    }
+    let mut ids = std::collections::BTreeSet::new();
+    for (key, answers) in &by_key {
+        assert_eq!(answers.len(), 2, "key {key}: {answers:?}");
+        let created: Vec<_> = answers.iter().filter(|(s, _)| *s == 201).collect();
+        assert_eq!(created.len(), 1, "key {key}: one create wins: {answers:?}");
+        let id = created[0].1["id"].as_str().unwrap().to_string();
+        let other = answers.iter().find(|(s, _)| *s != 201).unwrap();
+        if *key < 50 {
+            assert_eq!(other.0, 200, "key {key}: {answers:?}");
+            assert_eq!(other.1["id"].as_str(), Some(id.as_str()), "key {key}");
+        } else {
+            assert_eq!(other.0, 422, "key {key}: {answers:?}");
+            assert_eq!(other.1["code"], "idempotency_key_reused", "key {key}");
+        }
+        ids.insert(id);
+    }
+    assert_eq!(ids.len(), 100);
+    let (status, page) = api.get("/v1/jobs?tenant=many&limit=500").await;
+    assert_eq!(status, 200, "{page}");
+    let listed: std::collections::BTreeSet<String> = page["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        listed, ids,
+        "exactly the jobs answered as created are stored"
+    );
+    p.stop().await.unwrap();
+}

@@ -31,7 +31,7 @@ use std::{
 use chronoshard_schedule::Schedule;
 use chronoshard_telemetry::metrics;
 use chronoshard_timer::{TimerKey, TimerWheel};
-use chronoshard_wire::{from_millis, names, to_millis};
+use chronoshard_wire::{from_millis, names, rpc::ShardRequest, to_millis};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
@@ -100,12 +100,15 @@ pub enum ShardError {
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Command {
     Request(
-        chronoshard_wire::rpc::ShardRequest,
+        ShardRequest,
         oneshot::Sender<chronoshard_wire::rpc::ShardReply>,
     ),
     /// Results were applied: arm the retry and watchdog timers they call for.
     Applied(Applied),
 }
+
+/// Creates written in one transaction at most (see `Shard::on_command`).
+const CREATE_BATCH: usize = 128;
 
 /// Runs a shard until `cancel` fires or the shard is fenced by a newer owner.
 pub async fn run(ctx: ShardContext, cancel: CancellationToken) -> Result<(), ShardError> {
@@ -255,38 +258,82 @@ impl Shard {
                 biased;
                 _ = stop.cancelled() => return Ok(()),
                 cmd = commands.recv() => match cmd {
-                    // A caller that gave up must not have its write applied late.
-                    Some(Command::Request(_, reply)) if reply.is_closed() => {}
-                    Some(Command::Request(req, reply)) => {
-                        match self.handle(req).await {
-                            Ok(answer) => {
-                                let _ = reply.send(answer);
-                            }
-                            // A fenced store means another node owns the shard now: stop.
-                            Err(e @ ShardError::Store(StoreError::Fenced { .. })) => {
-                                let _ = reply.send(rpc::error_reply(&e));
-                                return Err(e);
-                            }
-                            Err(e) => {
-                                let _ = reply.send(rpc::error_reply(&e));
-                            }
-                        }
-                    }
-                    Some(Command::Applied(applied)) => {
-                        let now = self.ctx.clock.now_ms();
-                        match self.follow(applied, now).await {
-                            Ok(()) => {}
-                            Err(e @ ShardError::Store(StoreError::Fenced { .. })) => return Err(e),
-                            // What was not armed is found again: due retries by the outbox
-                            // scan, buffered occurrences by the next run end or reopening.
-                            Err(e) => warn!(error = %e, "following applied results failed"),
-                        }
-                    }
+                    Some(cmd) => self.on_command(cmd, &mut commands).await?,
                     None => return Ok(()),
                 },
                 _ = tokio::time::sleep(sleep) => {}
             }
         }
+    }
+
+    /// Applies a command. A create takes every create queued right behind it along (up to
+    /// `CREATE_BATCH`): one transaction for a burst of creates instead of one each. Returns an
+    /// error only when the store is fenced (another node owns the shard now: stop).
+    async fn on_command(
+        &mut self,
+        cmd: Command,
+        queue: &mut mpsc::Receiver<Command>,
+    ) -> Result<(), ShardError> {
+        let mut next = Some(cmd);
+        while let Some(cmd) = next.take() {
+            match cmd {
+                // A caller that gave up must not have its write applied late.
+                Command::Request(_, reply) if reply.is_closed() => {}
+                Command::Request(ShardRequest::CreateJob { .. }, _) => {
+                    let mut batch = Vec::new();
+                    let mut cmd = Some(cmd);
+                    while let Some(c) = cmd.take() {
+                        match c {
+                            Command::Request(
+                                ShardRequest::CreateJob {
+                                    job_id,
+                                    spec,
+                                    idempotency_key,
+                                },
+                                reply,
+                            ) => {
+                                if !reply.is_closed() {
+                                    batch.push(rpc::Create {
+                                        job_id,
+                                        spec,
+                                        idempotency_key,
+                                        reply,
+                                    });
+                                }
+                                if batch.len() < CREATE_BATCH {
+                                    cmd = queue.try_recv().ok();
+                                }
+                            }
+                            other => next = Some(other),
+                        }
+                    }
+                    self.create_batch(batch).await?;
+                }
+                Command::Request(req, reply) => match self.handle(req).await {
+                    Ok(answer) => {
+                        let _ = reply.send(answer);
+                    }
+                    Err(e @ ShardError::Store(StoreError::Fenced { .. })) => {
+                        let _ = reply.send(rpc::error_reply(&e));
+                        return Err(e);
+                    }
+                    Err(e) => {
+                        let _ = reply.send(rpc::error_reply(&e));
+                    }
+                },
+                Command::Applied(applied) => {
+                    let now = self.ctx.clock.now_ms();
+                    match self.follow(applied, now).await {
+                        Ok(()) => {}
+                        Err(e @ ShardError::Store(StoreError::Fenced { .. })) => return Err(e),
+                        // What was not armed is found again: due retries by the outbox
+                        // scan, buffered occurrences by the next run end or reopening.
+                        Err(e) => warn!(error = %e, "following applied results failed"),
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Moves jobs due within the horizon from the database into the wheel.

@@ -9,7 +9,7 @@ use std::sync::{
 use chronoshard_wire::{
     from_millis,
     rpc::{RpcError, RpcErrorCode, ShardReply, ShardRequest},
-    Job, JobState, RunStatus, RunView,
+    Job, JobSpec, JobState, RunStatus, RunView,
 };
 use futures::StreamExt;
 use tokio::{
@@ -30,6 +30,14 @@ use super::{
 
 /// How many upcoming fire times a job view lists.
 const UPCOMING: usize = 5;
+
+/// A create request waiting in the shard's queue, with where its answer goes.
+pub(super) struct Create {
+    pub job_id: Uuid,
+    pub spec: JobSpec,
+    pub idempotency_key: Option<String>,
+    pub reply: oneshot::Sender<ShardReply>,
+}
 
 pub(crate) async fn start(
     store: Store,
@@ -356,50 +364,109 @@ impl Shard {
     async fn create(
         &mut self,
         job_id: Uuid,
-        spec: chronoshard_wire::JobSpec,
+        spec: JobSpec,
         key: Option<&str>,
         now: i64,
     ) -> Result<ShardReply, ShardError> {
-        let schedule = match spec.validate(from_millis(now)) {
-            Ok(s) => s,
-            Err(fe) => return Ok(invalid(fe)),
-        };
-        let first = first_occurrence(&schedule, now);
-        let row = JobRow {
-            id: job_id,
-            tenant: spec.tenant.clone(),
-            spec,
-            state: if first.is_some() {
-                JobState::Active
-            } else {
-                JobState::Completed
-            },
-            created_at: now,
-            updated_at: now,
-            anchor_at: now,
-            next_fire_at: first,
-            buffered_at: None,
-        };
-        Ok(match self.store.create_job(&row, key).await? {
-            CreateOutcome::Created => {
-                self.metrics.jobs_created.inc();
-                if let Some(at) = first {
-                    self.track(Due::of(&row, at));
+        let mut replies = self
+            .create_many(vec![(job_id, spec, key.map(str::to_string))], now)
+            .await?;
+        Ok(replies.pop().expect("one reply per request"))
+    }
+
+    /// Creates queued together, answered each: one transaction for all of them.
+    pub(super) async fn create_batch(&mut self, batch: Vec<Create>) -> Result<(), ShardError> {
+        let now = self.ctx.clock.now_ms();
+        let (requests, replies): (Vec<_>, Vec<_>) = batch
+            .into_iter()
+            .map(|c| ((c.job_id, c.spec, c.idempotency_key), c.reply))
+            .unzip();
+        match self.create_many(requests, now).await {
+            Ok(answers) => {
+                for (reply, answer) in replies.into_iter().zip(answers) {
+                    let _ = reply.send(answer);
                 }
-                ShardReply::Job {
-                    job: view(&row, self.ctx.shard),
-                    created: true,
+                Ok(())
+            }
+            Err(e) => {
+                for reply in replies {
+                    let _ = reply.send(error_reply(&e));
+                }
+                match e {
+                    ShardError::Store(StoreError::Fenced { .. }) => Err(e),
+                    _ => Ok(()),
                 }
             }
-            CreateOutcome::Existing(existing) => ShardReply::Job {
-                job: view(&existing, self.ctx.shard),
-                created: false,
-            },
-            CreateOutcome::KeyReused => ShardReply::Error(RpcError::new(
-                RpcErrorCode::IdempotencyKeyReused,
-                "this Idempotency-Key was used for a different job",
-            )),
-        })
+        }
+    }
+
+    /// Validates and writes jobs; one reply per request, in order. An invalid spec is answered
+    /// without touching the store; the valid ones are written in one transaction.
+    async fn create_many(
+        &mut self,
+        requests: Vec<(Uuid, JobSpec, Option<String>)>,
+        now: i64,
+    ) -> Result<Vec<ShardReply>, ShardError> {
+        let mut replies: Vec<Option<ShardReply>> = Vec::with_capacity(requests.len());
+        let mut rows = Vec::with_capacity(requests.len());
+        for (i, (job_id, spec, key)) in requests.into_iter().enumerate() {
+            let schedule = match spec.validate(from_millis(now)) {
+                Ok(s) => s,
+                Err(fe) => {
+                    replies.push(Some(invalid(fe)));
+                    continue;
+                }
+            };
+            let first = first_occurrence(&schedule, now);
+            let row = JobRow {
+                id: job_id,
+                tenant: spec.tenant.clone(),
+                spec,
+                state: if first.is_some() {
+                    JobState::Active
+                } else {
+                    JobState::Completed
+                },
+                created_at: now,
+                updated_at: now,
+                anchor_at: now,
+                next_fire_at: first,
+                buffered_at: None,
+            };
+            replies.push(None);
+            rows.push((i, row, key));
+        }
+        if !rows.is_empty() {
+            let jobs: Vec<(&JobRow, Option<&str>)> =
+                rows.iter().map(|(_, r, k)| (r, k.as_deref())).collect();
+            let outcomes = self.store.create_jobs(&jobs).await?;
+            for ((i, row, _), outcome) in rows.iter().zip(outcomes) {
+                replies[*i] = Some(match outcome {
+                    CreateOutcome::Created => {
+                        self.metrics.jobs_created.inc();
+                        if let Some(at) = row.next_fire_at {
+                            self.track(Due::of(row, at));
+                        }
+                        ShardReply::Job {
+                            job: view(row, self.ctx.shard),
+                            created: true,
+                        }
+                    }
+                    CreateOutcome::Existing(existing) => ShardReply::Job {
+                        job: view(&existing, self.ctx.shard),
+                        created: false,
+                    },
+                    CreateOutcome::KeyReused => ShardReply::Error(RpcError::new(
+                        RpcErrorCode::IdempotencyKeyReused,
+                        "this Idempotency-Key was used for a different job",
+                    )),
+                });
+            }
+        }
+        Ok(replies
+            .into_iter()
+            .map(|r| r.expect("every request answered"))
+            .collect())
     }
 
     async fn trigger(&mut self, job: &JobRow, now: i64) -> Result<ShardReply, ShardError> {

@@ -71,50 +71,24 @@ impl Store {
         job: &JobRow,
         idempotency_key: Option<&str>,
     ) -> Result<CreateOutcome> {
+        let mut outcomes = self.create_jobs(&[(job, idempotency_key)]).await?;
+        Ok(outcomes.pop().expect("one outcome per job"))
+    }
+
+    /// `create_job` for several jobs in one transaction (one commit for a burst of creates),
+    /// one outcome per job in order. Each sees the ones before it: the same id or key twice in
+    /// one call creates once.
+    pub async fn create_jobs(
+        &self,
+        jobs: &[(&JobRow, Option<&str>)],
+    ) -> Result<Vec<CreateOutcome>> {
         let mut tx = self.write().await?;
-        // The same job id again is a retried request; the same key again is a repeated one.
-        // Either way, answer with what the first one created.
-        let by_id = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1");
-        let mut earlier = sqlx::query(&by_id)
-            .bind(job.id.to_string())
-            .fetch_optional(&mut *tx)
-            .await?;
-        if let (None, Some(key)) = (&earlier, idempotency_key) {
-            let by_key = format!(
-                "SELECT {JOB_COLUMNS} FROM jobs WHERE tenant = $1 AND idempotency_key = $2"
-            );
-            earlier = sqlx::query(&by_key)
-                .bind(&job.tenant)
-                .bind(key)
-                .fetch_optional(&mut *tx)
-                .await?;
+        let mut outcomes = Vec::with_capacity(jobs.len());
+        for (job, key) in jobs {
+            outcomes.push(create_in(&mut tx, job, *key).await?);
         }
-        if let Some(row) = earlier {
-            let existing = job_from_row(&row)?;
-            return Ok(if existing.spec == job.spec {
-                CreateOutcome::Existing(Box::new(existing))
-            } else {
-                CreateOutcome::KeyReused
-            });
-        }
-        sqlx::query(
-            "INSERT INTO jobs (id, tenant, spec, state, created_at, updated_at, anchor_at, next_fire_at, idempotency_key, priority) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        )
-        .bind(job.id.to_string())
-        .bind(&job.tenant)
-        .bind(serde_json::to_string(&job.spec).map_err(|e| StoreError::Corrupt(e.to_string()))?)
-        .bind(job.state.as_str())
-        .bind(job.created_at)
-        .bind(job.updated_at)
-        .bind(job.anchor_at)
-        .bind(job.next_fire_at)
-        .bind(idempotency_key)
-        .bind(job.spec.priority as i64)
-        .execute(&mut *tx)
-        .await?;
         tx.commit().await?;
-        Ok(CreateOutcome::Created)
+        Ok(outcomes)
     }
 
     pub async fn get_job(&self, id: Uuid) -> Result<Option<JobRow>> {
@@ -225,4 +199,52 @@ impl Store {
         let rows = sqlx::query(&sql).bind(tenant).fetch_all(&self.pool).await?;
         rows.iter().map(job_from_row).collect()
     }
+}
+
+async fn create_in(
+    tx: &mut super::Tx,
+    job: &JobRow,
+    idempotency_key: Option<&str>,
+) -> Result<CreateOutcome> {
+    // The same job id again is a retried request; the same key again is a repeated one.
+    // Either way, answer with what the first one created.
+    let by_id = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1");
+    let mut earlier = sqlx::query(&by_id)
+        .bind(job.id.to_string())
+        .fetch_optional(&mut **tx)
+        .await?;
+    if let (None, Some(key)) = (&earlier, idempotency_key) {
+        let by_key =
+            format!("SELECT {JOB_COLUMNS} FROM jobs WHERE tenant = $1 AND idempotency_key = $2");
+        earlier = sqlx::query(&by_key)
+            .bind(&job.tenant)
+            .bind(key)
+            .fetch_optional(&mut **tx)
+            .await?;
+    }
+    if let Some(row) = earlier {
+        let existing = job_from_row(&row)?;
+        return Ok(if existing.spec == job.spec {
+            CreateOutcome::Existing(Box::new(existing))
+        } else {
+            CreateOutcome::KeyReused
+        });
+    }
+    sqlx::query(
+        "INSERT INTO jobs (id, tenant, spec, state, created_at, updated_at, anchor_at, next_fire_at, idempotency_key, priority) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+    )
+    .bind(job.id.to_string())
+    .bind(&job.tenant)
+    .bind(serde_json::to_string(&job.spec).map_err(|e| StoreError::Corrupt(e.to_string()))?)
+    .bind(job.state.as_str())
+    .bind(job.created_at)
+    .bind(job.updated_at)
+    .bind(job.anchor_at)
+    .bind(job.next_fire_at)
+    .bind(idempotency_key)
+    .bind(job.spec.priority as i64)
+    .execute(&mut **tx)
+    .await?;
+    Ok(CreateOutcome::Created)
 }

@@ -361,9 +361,50 @@ async fn idempotency_keys_return_the_first_job_or_refuse_a_different_one(db: Tes
     );
 }
 
+/// Creates written together in one transaction answer exactly as one at a time would, each
+/// seeing those before it: a repeated id or key creates once, a key reused for another spec is
+/// refused, and an older fenced store writes none of them.
+async fn creates_in_one_transaction_see_each_other(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
+    let first = job("t", 1000);
+    let mut same_key = job("t", 1000);
+    same_key.spec = first.spec.clone();
+    let mut other_spec = job("t", 1000);
+    other_spec.spec.name = "other".into();
+    let plain = job("t", 2000);
+    let outcomes = s
+        .create_jobs(&[
+            (&first, Some("k")),
+            (&first, Some("k")),
+            (&same_key, Some("k")),
+            (&other_spec, Some("k")),
+            (&plain, None),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(outcomes[0], CreateOutcome::Created);
+    assert!(matches!(&outcomes[1], CreateOutcome::Existing(r) if r.id == first.id));
+    assert!(matches!(&outcomes[2], CreateOutcome::Existing(r) if r.id == first.id));
+    assert_eq!(outcomes[3], CreateOutcome::KeyReused);
+    assert_eq!(outcomes[4], CreateOutcome::Created);
+    let stored = s.list_jobs(Some("t"), None, 10).await.unwrap();
+    let mut ids: Vec<Uuid> = stored.iter().map(|j| j.id).collect();
+    ids.sort();
+    let mut want = vec![first.id, plain.id];
+    want.sort();
+    assert_eq!(ids, want, "two jobs written, nothing else");
+
+    let newer = open(&db, 2).await.unwrap();
+    let late = job("t", 3000);
+    let err = s.create_jobs(&[(&late, None)]).await.unwrap_err();
+    assert!(matches!(err, StoreError::Fenced { .. }), "{err}");
+    assert!(newer.get_job(late.id).await.unwrap().is_none());
+}
+
 store_tests!(
     an_older_epoch_is_fenced_once_a_newer_owner_opens,
     one_ticket_per_occurrence_and_stale_entries_write_nothing,
     results_apply_once_and_move_the_run,
     idempotency_keys_return_the_first_job_or_refuse_a_different_one,
+    creates_in_one_transaction_see_each_other,
 );
