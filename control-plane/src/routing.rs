@@ -15,8 +15,10 @@ use hashring::HashRing;
 use crate::api::error::ApiError;
 
 const POINTS_PER_SHARD: u32 = 256;
-/// How long a call keeps retrying while a shard is moving or its owner is starting.
-const CALL_DEADLINE: Duration = Duration::from_secs(5);
+/// How long a call keeps retrying while a shard is moving or its owner is starting: longer than
+/// a failover after a node dies (its heartbeat expires after 6 s, then an assignment pass and
+/// the shard's opening), so a create in that window waits for the new owner instead of failing.
+const CALL_DEADLINE: Duration = Duration::from_secs(12);
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What became of one request.
@@ -68,8 +70,9 @@ impl Router {
     }
 
     /// Sends a request to the owner of `shard`. Retries while nobody serves the shard (it is
-    /// moving or its owner is starting); a read is also retried after a timeout, a write is not,
-    /// since it may have been applied. Error replies of the shard come back as `ApiError`.
+    /// moving or its owner is starting); a request that is safe to resend (a read, a create) is
+    /// also retried after a timeout, any other write is not, since it may have been applied.
+    /// Error replies of the shard come back as `ApiError`.
     pub async fn call(&self, shard: u32, req: &ShardRequest) -> Result<ShardReply, ApiError> {
         let deadline = tokio::time::Instant::now() + CALL_DEADLINE;
         let mut backoff = Duration::from_millis(20);
@@ -77,7 +80,7 @@ impl Router {
             let why = match self.attempt(shard, req).await {
                 Attempt::Reply(r) => return r,
                 Attempt::NotDelivered(why) => why,
-                Attempt::Unknown(why) if !req.is_write() => why,
+                Attempt::Unknown(why) if req.safe_to_resend() => why,
                 Attempt::Unknown(why) => {
                     return Err(ApiError::Unavailable(format!(
                         "{why}; the change may or may not have been applied"

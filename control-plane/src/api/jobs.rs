@@ -126,7 +126,9 @@ pub async fn create_job(
         )
         .await?;
     let (job, created) = job_reply(reply)?;
-    let status = if created {
+    // A create resent after a timeout finds the job its first copy created: still this
+    // request's job.
+    let status = if created || job.id == job_id {
         StatusCode::CREATED
     } else {
         StatusCode::OK

@@ -90,6 +90,13 @@ impl ShardRequest {
                 | ShardRequest::Ping
         )
     }
+
+    /// Whether the request may be sent again when it may have been delivered already: reads,
+    /// and a create, which carries the job id the control plane minted for it (the shard
+    /// answers a second copy with the job the first one created).
+    pub fn safe_to_resend(&self) -> bool {
+        !self.is_write() || matches!(self, ShardRequest::CreateJob { .. })
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -217,4 +224,35 @@ pub struct WorkerInfo {
     pub queues: Vec<String>,
     pub heartbeat_at: DateTime<Utc>,
     pub in_flight: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reads and creates may go out twice; a trigger (it would fire twice), a delete or a
+    /// replay (the second copy would answer a conflict) may not.
+    #[test]
+    fn only_reads_and_creates_are_resent() {
+        let job_id = Uuid::now_v7();
+        let spec: JobSpec = serde_json::from_value(serde_json::json!({
+            "tenant": "t", "name": "n", "schedule": {"every": "1s"},
+            "target": {"type": "queue", "queue": "q"}
+        }))
+        .unwrap();
+        let create = ShardRequest::CreateJob {
+            job_id,
+            spec,
+            idempotency_key: None,
+        };
+        assert!(create.is_write() && create.safe_to_resend());
+        assert!(ShardRequest::GetJob { job_id }.safe_to_resend());
+        for write in [
+            ShardRequest::TriggerJob { job_id },
+            ShardRequest::DeleteJob { job_id },
+            ShardRequest::ReplayTicket { ticket_id: job_id },
+        ] {
+            assert!(!write.safe_to_resend(), "{write:?}");
+        }
+    }
 }
