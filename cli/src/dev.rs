@@ -82,9 +82,7 @@ impl Platform {
         let connect = |name: String| {
             let url = nats_url.clone();
             async move {
-                async_nats::ConnectOptions::new()
-                    .name(name.clone())
-                    .connect(url)
+                Connections::connect(&url, &name)
                     .await
                     .with_context(|| format!("{name}: cannot connect to nats-server"))
             }
@@ -120,10 +118,7 @@ impl Platform {
                 },
                 shard: opts.shard.clone(),
             };
-            let nats = Connections {
-                data: connect(format!("node-{i}")).await?,
-                membership: connect(format!("node-{i} membership")).await?,
-            };
+            let nats = connect(format!("node-{i}")).await?;
             let (_, task) = ShardNode::start(node, nats, shutdown.clone()).await?;
             tasks.push(task);
         }

@@ -191,16 +191,10 @@ pub async fn run(args: ShardNodeArgs, shutdown: CancellationToken) -> anyhow::Re
         }
         Databases::Postgres(url) => format!("PostgreSQL {}", without_password(url)),
     };
-    let connect = |name: String| async {
-        async_nats::ConnectOptions::new()
-            .name(name)
-            .connect(&args.nats)
-            .await
-            .with_context(|| format!("cannot connect to NATS at {}", args.nats))
-    };
-    let client = connect(opts.node_id.clone()).await?;
-    let membership = connect(format!("{} membership", opts.node_id)).await?;
-    let cluster = Cluster::connect(membership.clone())
+    let nats = Connections::connect(&args.nats, &opts.node_id)
+        .await
+        .with_context(|| format!("cannot connect to NATS at {}", args.nats))?;
+    let cluster = Cluster::connect(nats.membership.clone())
         .await
         .with_context(|| {
             format!(
@@ -210,10 +204,6 @@ pub async fn run(args: ShardNodeArgs, shutdown: CancellationToken) -> anyhow::Re
         })?;
     refuse_a_live_namesake(&cluster, &opts.node_id).await?;
     let node_id = opts.node_id.clone();
-    let nats = Connections {
-        data: client,
-        membership,
-    };
     let (_, mut task) = ShardNode::start(opts, nats, shutdown.clone())
         .await
         .context("cannot start the shard node")?;

@@ -7,6 +7,7 @@
 use std::{path::PathBuf, time::Duration};
 
 use anyhow::Context;
+use chronoshard_cluster::Connections;
 use chronoshard_wire::duration::Dur;
 use chronoshard_worker::{
     executor::{shell::ShellOptions, ssrf::SsrfGuard, Builtins},
@@ -195,12 +196,10 @@ impl WorkerArgs {
 /// Runs the worker until `shutdown` fires, then drains it.
 pub async fn run(args: WorkerArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
     let opts = args.options()?;
-    let client = async_nats::ConnectOptions::new()
-        .name(format!("chronoshard-worker {}", args.id))
-        .connect(&args.nats)
+    let nats = Connections::connect(&args.nats, &format!("chronoshard-worker {}", args.id))
         .await
         .with_context(|| format!("cannot connect to NATS at {}", args.nats))?;
-    let task = Worker::start(opts, client, shutdown).await?;
+    let task = Worker::start(opts, nats, shutdown).await?;
     task.await.context("worker task")?;
     Ok(())
 }

@@ -13,7 +13,7 @@ pub mod routing;
 
 use std::{net::SocketAddr, sync::Arc};
 
-use chronoshard_cluster::Cluster;
+use chronoshard_cluster::{Cluster, Connections};
 use chronoshard_wire::rpc::ClusterConfig;
 use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
@@ -48,14 +48,18 @@ pub struct Handle {
 pub struct ControlPlane;
 
 impl ControlPlane {
-    /// Serves the API on `listener` and keeps the shard map assigned until `shutdown`.
+    /// Serves the API on `listener` and keeps the shard map assigned until `shutdown`. The API's
+    /// shard requests go on the data connection; the assignment loop reads the registry and
+    /// writes the shard map on the membership one, so an API flood cannot delay a failover.
     pub async fn start(
         opts: Options,
-        client: async_nats::Client,
+        nats: impl Into<Connections>,
         listener: TcpListener,
         shutdown: CancellationToken,
     ) -> Result<(Handle, JoinHandle<()>), Error> {
-        let cluster = Cluster::connect(client.clone()).await?;
+        let nats = nats.into();
+        let cluster = Cluster::connect(nats.data.clone()).await?;
+        let membership = Cluster::connect(nats.membership).await?;
         let config = cluster
             .init_config(&ClusterConfig {
                 shard_count: opts.shard_count,
@@ -63,12 +67,12 @@ impl ControlPlane {
             .await?;
         let addr = listener.local_addr()?;
         let state = api::AppState {
-            router: routing::Router::new(client, config.shard_count),
+            router: routing::Router::new(nats.data, config.shard_count),
             cluster: cluster.clone(),
             admin_token: Arc::from(opts.admin_token.as_str()),
         };
         let assigner = tokio::spawn(assign::run(
-            cluster,
+            membership,
             config.shard_count,
             opts.min_nodes,
             shutdown.clone(),

@@ -13,5 +13,6 @@ pub mod clock;
 pub mod node;
 pub mod shard;
 
-pub use node::{Connections, Handle, Options, ShardNode};
+pub use chronoshard_cluster::Connections;
+pub use node::{Handle, Options, ShardNode};
 pub use shard::{store::Databases, ShardConfig};

@@ -3,7 +3,7 @@
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
-use chronoshard_cluster::{Cluster, HEARTBEAT_EVERY, HEARTBEAT_TTL};
+use chronoshard_cluster::{Cluster, Connections, HEARTBEAT_EVERY, HEARTBEAT_TTL};
 use chronoshard_wire::rpc::{NodeInfo, ShardAssignment};
 use futures::StreamExt;
 use tokio::{sync::watch, task::JoinHandle};
@@ -48,30 +48,6 @@ struct Running {
     epoch: u64,
     cancel: CancellationToken,
     task: JoinHandle<Result<(), shard::ShardError>>,
-}
-
-/// The node's two connections to NATS.
-///
-/// Membership (heartbeats, the shard map) has its own: a connection's messages reach the server
-/// in order, so a heartbeat sent on the connection that publishes tickets waits behind every
-/// ticket published before it. Under a burst that wait outlasted the heartbeat TTL and the
-/// control plane moved every shard of a healthy node.
-#[derive(Clone, Debug)]
-pub struct Connections {
-    /// Tickets, results and shard requests.
-    pub data: async_nats::Client,
-    /// Heartbeats and the shard map.
-    pub membership: async_nats::Client,
-}
-
-impl From<async_nats::Client> for Connections {
-    /// One connection for both: enough for tests that publish little.
-    fn from(client: async_nats::Client) -> Self {
-        Connections {
-            data: client.clone(),
-            membership: client,
-        }
-    }
 }
 
 pub struct ShardNode;

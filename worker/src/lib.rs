@@ -16,6 +16,7 @@ pub mod handler;
 pub mod journal;
 
 pub use agent::{Error, Options, Worker, ACK_WAIT};
+pub use chronoshard_cluster::Connections;
 pub use executor::Outcome;
 pub use handler::{Handler, Handlers, Job, JobError, QueueLimits};
 

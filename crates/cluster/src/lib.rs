@@ -32,6 +32,43 @@ pub const MAX_ACKS_IN_FLIGHT: usize = 1 << 17;
 /// flood of due tickets slows the shard nodes instead of growing without bound.
 pub const DISPATCH_MAX_BYTES: i64 = 1 << 30;
 
+/// A role's two connections to NATS (shard nodes and workers).
+///
+/// Membership (heartbeats, the shard map) has its own: a connection's messages reach the server
+/// in order, so a heartbeat sent on the connection that carries the tickets or results waits
+/// behind every message published before it. Under a burst a node's heartbeats came late
+/// enough for the control plane to move every shard of a healthy node.
+#[derive(Clone, Debug)]
+pub struct Connections {
+    /// Tickets, results and shard requests.
+    pub data: async_nats::Client,
+    /// Heartbeats and the shard map.
+    pub membership: async_nats::Client,
+}
+
+impl Connections {
+    /// Opens both to `url`, named `name` and `name membership` (as nats-server lists them).
+    pub async fn connect(url: &str, name: &str) -> Result<Connections> {
+        let open = |name: String| async_nats::ConnectOptions::new().name(name).connect(url);
+        Ok(Connections {
+            data: open(name.to_string()).await.map_err(nats("connect"))?,
+            membership: open(format!("{name} membership"))
+                .await
+                .map_err(nats("connect"))?,
+        })
+    }
+}
+
+impl From<async_nats::Client> for Connections {
+    /// One connection for both: enough for tests that publish little.
+    fn from(client: async_nats::Client) -> Self {
+        Connections {
+            data: client.clone(),
+            membership: client,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{what}: {source}")]

@@ -15,7 +15,7 @@ use std::{
 };
 
 use anyhow::Context;
-use chronoshard_worker::{Handlers, Job, JobError, Options, QueueLimits, Worker};
+use chronoshard_worker::{Connections, Handlers, Job, JobError, Options, QueueLimits, Worker};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -94,12 +94,10 @@ pub async fn run(args: NoopWorkerArgs, shutdown: CancellationToken) -> anyhow::R
             rate_per_second: None,
         },
     );
-    let client = async_nats::ConnectOptions::new()
-        .name(&args.id)
-        .connect(&args.nats)
+    let nats = Connections::connect(&args.nats, &args.id)
         .await
         .with_context(|| format!("cannot connect to {}", args.nats))?;
-    let task = Worker::start(opts, client, shutdown).await?;
+    let task = Worker::start(opts, nats, shutdown).await?;
     println!("ready");
     task.await?;
     Ok(())

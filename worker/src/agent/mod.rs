@@ -24,7 +24,7 @@ use async_nats::jetstream::{
     consumer::{pull, AckPolicy, PullConsumer},
     AckKind,
 };
-use chronoshard_cluster::{Cluster, HEARTBEAT_EVERY};
+use chronoshard_cluster::{Cluster, Connections, HEARTBEAT_EVERY};
 use chronoshard_wire::{names, rpc::WorkerInfo};
 use futures::StreamExt;
 use tokio::{sync::Semaphore, task::JoinHandle};
@@ -123,7 +123,7 @@ impl Worker {
     /// tickets finish and report within the drain grace, the rest go back to JetStream.
     pub async fn start(
         opts: Options,
-        client: async_nats::Client,
+        nats: impl Into<Connections>,
         shutdown: CancellationToken,
     ) -> Result<JoinHandle<()>, Error> {
         if !names::valid_worker_id(&opts.worker_id) {
@@ -146,7 +146,9 @@ impl Worker {
         // Shutdown of the process, or a drain request through the API: the same drain.
         let shutdown = shutdown.child_token();
         let journal = Journal::open(&opts.journal)?;
-        let cluster = Cluster::connect(client).await?;
+        let nats = nats.into();
+        let cluster = Cluster::connect(nats.data).await?;
+        let membership = Cluster::connect(nats.membership).await?;
         let reporter = Reporter::new(cluster.js.clone(), &opts.worker_id);
         send_unreported(&journal, &reporter).await;
         let stream = cluster
@@ -219,7 +221,7 @@ impl Worker {
         let span = tracing::info_span!("worker", worker_id = %opts.worker_id);
         // The heartbeat goes on while the worker drains: it still runs tickets.
         let beating = tokio::spawn(heartbeat(
-            cluster.clone(),
+            membership.clone(),
             WorkerInfo {
                 worker_id: opts.worker_id.clone(),
                 queues: opts.handlers.queues(),
@@ -262,7 +264,7 @@ impl Worker {
                 stopped.cancel();
                 // No heartbeat may land after the registry entry is removed.
                 let _ = beating.await;
-                let _ = cluster.forget_worker(&opts.worker_id).await;
+                let _ = membership.forget_worker(&opts.worker_id).await;
                 info!("worker stopped");
             }
             .instrument(span),
