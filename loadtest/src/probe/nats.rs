@@ -190,6 +190,11 @@ impl State {
 /// Records, until `stop`, every ticket published whose payload carries `"loadtest": run`, and
 /// the first `succeeded` result of each attempt (and counts `started` ones for the progress line).
 ///
+/// One task only takes messages off the subscriptions and stamps them; another parses them.
+/// Parsing every ticket and result costs far more than taking one off a queue: done in the same
+/// task, at high rates the messages waited in the subscription's queue and the wait counted as
+/// the platform's lateness.
+///
 /// Both subscriptions share one connection and the dispatch one is read first, so a result
 /// nearly always finds its ticket known; one that does not (seen once on a loaded machine) is
 /// kept aside until its ticket shows up rather than dropped. After `stop` it reads on until
@@ -208,8 +213,8 @@ pub async fn watch(
         .subscribe(chronoshard_wire::names::RESULT_SUBJECTS)
         .await?;
     client.flush().await?;
-    Ok(tokio::spawn(async move {
-        let mut st = State::default();
+    let (stamped, mut to_parse) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
         let mut stopping = false;
         loop {
             let quiet = tokio::time::sleep(QUIET);
@@ -217,26 +222,43 @@ pub async fn watch(
                 biased;
                 _ = stop.cancelled(), if !stopping => stopping = true,
                 Some(msg) = tickets.next() => {
-                    let at_us = now_us();
-                    let Ok(t) = serde_json::from_slice::<TicketHead>(&msg.payload) else {
+                    let _ = stamped.send((Seen::Ticket, msg.payload, now_us()));
+                }
+                Some(msg) = results.next() => {
+                    let _ = stamped.send((Seen::Result, msg.payload, now_us()));
+                }
+                _ = quiet, if stopping => break,
+                else => break,
+            }
+        }
+    });
+    Ok(tokio::spawn(async move {
+        let mut st = State::default();
+        while let Some((seen, payload, at_us)) = to_parse.recv().await {
+            match seen {
+                Seen::Ticket => {
+                    let Ok(t) = serde_json::from_slice::<TicketHead>(&payload) else {
                         continue;
                     };
                     if t.payload.get("loadtest").and_then(|v| v.as_str()) == Some(run.as_str()) {
                         st.ticket(t, at_us, &counters, &feed);
                     }
                 }
-                Some(msg) = results.next() => {
-                    let at_us = now_us();
-                    if let Ok(r) = serde_json::from_slice::<ResultHead>(&msg.payload) {
+                Seen::Result => {
+                    if let Ok(r) = serde_json::from_slice::<ResultHead>(&payload) {
                         st.result(r, at_us, &counters, &feed);
                     }
                 }
-                _ = quiet, if stopping => break,
-                else => break,
             }
         }
         st.seen
     }))
+}
+
+/// Which subscription a message came from.
+enum Seen {
+    Ticket,
+    Result,
 }
 
 /// Messages stored in the results stream and not yet acknowledged by a shard: 0 once every
