@@ -318,14 +318,15 @@ impl Dispatcher {
 
             }
         }
-        // Record acks that already arrived; unacknowledged tickets stay in the outbox.
+        // Record acks that arrive within a moment; unacknowledged tickets stay in the outbox.
+        // (With nothing in flight there is nothing to wait for: the shard's stop, and so a
+        // node's clean stop, used to take these 2 s every time.)
         let deadline = tokio::time::sleep(Duration::from_secs(2));
         tokio::pin!(deadline);
-        loop {
+        while !inflight.is_empty() {
             tokio::select! {
-                Some((t, res)) = inflight.next(), if !inflight.is_empty() => self.on_ack(t, res),
+                Some((t, res)) = inflight.next() => self.on_ack(t, res),
                 _ = &mut deadline => break,
-                else => break,
             }
         }
         self.report_backlog(0);
