@@ -151,16 +151,19 @@ impl Node {
                 },
             }
         }
-        // No heartbeat may follow the removal: it would list the node again.
-        stop_heartbeat.cancel();
-        let _ = heartbeat.await;
-        let _ = self.membership.forget_node(&self.opts.node_id).await;
+        // Shards close first, while the node is still listed: its shards move only once they
+        // are closed, so their last writes (acks recorded, results applied) are not fenced by
+        // the next owner.
         self.desired.clear();
         self.reconcile();
         for (_, task) in self.stopping.drain() {
             let _ = task.await;
         }
         let _ = self.open_tx.send(Vec::new());
+        // No heartbeat may follow the removal: it would list the node again.
+        stop_heartbeat.cancel();
+        let _ = heartbeat.await;
+        let _ = self.membership.forget_node(&self.opts.node_id).await;
         info!("shard node stopped");
     }
 
