@@ -4,11 +4,16 @@
 
 use std::time::Duration;
 
-use chronoshard_cluster::{Cluster, Error as ClusterError};
+use async_nats::jetstream::kv;
+use chronoshard_cluster::{Cluster, Error as ClusterError, HEARTBEAT_EVERY, HEARTBEAT_TTL};
 use chronoshard_plugin_api::{balanced, Assignment, Problem};
 use chronoshard_wire::rpc::ShardAssignment;
+use futures::StreamExt;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
+
+use crate::liveness::{Change, Liveness};
 
 pub const ASSIGN_EVERY: Duration = Duration::from_secs(1);
 
@@ -23,29 +28,66 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let mut tick = tokio::time::interval(ASSIGN_EVERY);
+    let mut liveness = Liveness::new(HEARTBEAT_TTL, Instant::now());
+    let mut watch = None;
     loop {
+        if watch.is_none() {
+            match cluster.watch_nodes().await {
+                Ok(w) => watch = Some(w),
+                Err(e) => warn!(error = %e, "cannot watch the node registry; retrying"),
+            }
+        }
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        if let Err(e) = assign_once(&cluster, shard_count, min_nodes).await {
-            warn!(error = %e, "shard assignment pass failed");
+            entry = next_change(&mut watch) => match entry {
+                Some((node, change)) => liveness.saw(&node, change, Instant::now()),
+                // Re-created on the next turn; what was seen so far stays.
+                None => watch = None,
+            },
+            _ = tick.tick() => {
+                let now = Instant::now();
+                if !liveness.complete(HEARTBEAT_EVERY, now) {
+                    continue;
+                }
+                let nodes = liveness.live(now);
+                if let Err(e) = assign_once(&cluster, shard_count, min_nodes, nodes).await {
+                    warn!(error = %e, "shard assignment pass failed");
+                }
+            }
         }
     }
 }
 
-/// One pass: read nodes and the map, compute, write the differences. Returns the changes made.
+/// The next change of the node registry, or None when the watch ended (or there is none: then
+/// after a pause, so the caller's retry does not spin).
+async fn next_change(watch: &mut Option<kv::Watch>) -> Option<(String, Change)> {
+    let Some(w) = watch else {
+        tokio::time::sleep(ASSIGN_EVERY).await;
+        return None;
+    };
+    loop {
+        match w.next().await {
+            Some(Ok(e)) => {
+                let change = match e.operation {
+                    kv::Operation::Put => Change::Heartbeat,
+                    kv::Operation::Delete | kv::Operation::Purge => Change::Left,
+                };
+                return Some((e.key, change));
+            }
+            Some(Err(e)) => warn!(error = %e, "node registry watch error"),
+            None => return None,
+        }
+    }
+}
+
+/// One pass: given the live nodes, read the map, compute, write the differences. Returns the
+/// changes made.
 pub async fn assign_once(
     cluster: &Cluster,
     shard_count: u32,
     min_nodes: usize,
+    nodes: Vec<String>,
 ) -> Result<usize, ClusterError> {
-    let nodes: Vec<String> = cluster
-        .live_nodes()
-        .await?
-        .into_iter()
-        .map(|n| n.node_id)
-        .collect();
     let current = cluster.assignments().await?;
     if nodes.is_empty() || (current.is_empty() && nodes.len() < min_nodes) {
         return Ok(0);

@@ -3,12 +3,14 @@
 //!
 //! - `api`: HTTP handlers, one file per resource, and the one error-to-HTTP mapping;
 //! - `routing`: tenant → shard (consistent hashing) and request-reply to the owner;
-//! - `assign`: the loop that keeps every shard assigned.
+//! - `assign`: the loop that keeps every shard assigned;
+//! - `liveness`: which nodes are alive, from the registry's changes (pure).
 //!
 //! It keeps no database of its own: cluster state lives in JetStream KV, jobs in shard databases.
 
 pub mod api;
 pub mod assign;
+pub mod liveness;
 pub mod routing;
 
 use std::{net::SocketAddr, sync::Arc};

@@ -253,6 +253,15 @@ impl Cluster {
             .map_err(nats("watch shard map"))
     }
 
+    /// A watch over the node registry: the current entry of every node, then every heartbeat and
+    /// removal.
+    pub async fn watch_nodes(&self) -> Result<kv::Watch> {
+        self.nodes
+            .watch_with_history(">")
+            .await
+            .map_err(nats("watch nodes"))
+    }
+
     pub async fn heartbeat_node(&self, info: &NodeInfo) -> Result<()> {
         self.nodes
             .put(&info.node_id, to_bytes(info))
