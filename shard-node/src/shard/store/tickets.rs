@@ -74,6 +74,9 @@ pub(super) fn ticket_json(t: &Ticket) -> Result<String> {
 
 const ACTIVE: &str = "('dispatched', 'running', 'retrying')";
 
+/// The jobs holding a buffered occurrence (read by an index: see migration `jobs_buffered`).
+pub(super) const BUFFERED_JOBS: &str = "SELECT id FROM jobs WHERE buffered_at IS NOT NULL";
+
 impl Store {
     /// Records occurrences of one job in one transaction: moves the job's next occurrence from
     /// `expected_next` to `next_fire_at` (only if it still is `expected_next`: a stale wheel entry
@@ -320,10 +323,9 @@ impl Store {
 
     /// Jobs holding a buffered occurrence: after a restart their release is checked again.
     pub async fn jobs_with_buffered(&self) -> Result<Vec<Uuid>> {
-        let ids: Vec<String> =
-            sqlx::query_scalar("SELECT id FROM jobs WHERE buffered_at IS NOT NULL")
-                .fetch_all(&self.pool)
-                .await?;
+        let ids: Vec<String> = sqlx::query_scalar(BUFFERED_JOBS)
+            .fetch_all(&self.pool)
+            .await?;
         ids.iter().map(|s| super::parse_uuid(s)).collect()
     }
 }
