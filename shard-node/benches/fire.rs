@@ -5,8 +5,8 @@
 //! Each phase starts its own `nats-server -js` (the `Nats` fixture of `chronoshard-test-util`, on
 //! a free port with a temp store), writes the cluster config and assigns every shard to one node
 //! id with epoch 1, creates one-shot jobs (`schedule: {"at": …}`, target queue `bench`) straight
-//! into each shard's SQLite file through `Store::open` + `Store::create_job` (the rows the shard's
-//! create request would write), then starts `ShardNode::start` on those files, waits until every
+//! into each shard's SQLite file through `Store::open` + `Store::create_jobs`, one job per
+//! transaction (the rows the shard's create request would write), then starts `ShardNode::start` on those files, waits until every
 //! shard is open and every job is in its wheel (the `chronoshard_wheel_entries` gauge), and lets
 //! the jobs fall due. Jobs are spread over several tenants per shard. Nothing consumes the
 //! tickets: the dispatch stream keeps them (it is limited by bytes only, 1 GiB, far above what
@@ -70,30 +70,33 @@ use std::{
 
 use chrono::Utc;
 use chronoshard_cluster::Cluster;
-use chronoshard_shard_node::{shard::store::JobRow, shard::store::Store, Options, ShardNode};
-use chronoshard_shard_node::{Databases, Handle, ShardConfig};
+use chronoshard_shard_node::{Databases, Handle, Options, ShardConfig, ShardNode};
 use chronoshard_telemetry::metrics;
 use chronoshard_test_util::Nats;
-use chronoshard_wire::{
-    from_millis, names,
-    rpc::{ClusterConfig, ShardAssignment},
-    JobSpec, JobState, Ticket,
-};
+use chronoshard_wire::{names, Ticket};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+mod common;
 // Beside this file, not in `benches/` (where Cargo would take it for a bench of its own).
 #[path = "fire/measure.rs"]
 mod measure;
 
-use measure::{
-    collect, cores, cpu_model, fires_total, loadavg, output_path, steady_rate, Percentiles,
-};
+use common::{assign_all, cores, cpu_model, loadavg, output_path, Seed};
+use measure::{collect, fires_total, steady_rate, Percentiles};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 const NODE: &str = "bench-node";
 const QUEUE: &str = "bench";
+/// The jobs of every phase (tenants per shard from `FIRE_BENCH_TENANTS`).
+const SEED: Seed = Seed {
+    owner: NODE,
+    name: "fire-bench",
+    queue: QUEUE,
+    tenants: 4,
+    batch: 1,
+};
 /// Poll interval of the wait loops (the conditions decide, not the interval).
 const POLL: Duration = Duration::from_millis(50);
 
@@ -193,7 +196,7 @@ async fn run() -> Res<()> {
     }
     report["machine"]["load_average_after"] = loadavg().into();
     report["failures"] = failed.clone().into();
-    let path = output_path();
+    let path = output_path("bench-fire.json");
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -510,19 +513,7 @@ impl Env {
         let began = Instant::now();
         let nats = Nats::start().await?;
         let cluster = Cluster::connect(nats.client().await?).await?;
-        cluster
-            .init_config(&ClusterConfig {
-                shard_count: cfg.shards,
-            })
-            .await?;
-        for shard in 0..cfg.shards {
-            let a = ShardAssignment {
-                shard,
-                owner: NODE.into(),
-                epoch: 1,
-            };
-            cluster.put_assignment(&a, None).await?;
-        }
+        assign_all(&cluster, cfg.shards, NODE).await?;
         let data = tempfile::tempdir()?;
         let mut per_shard: Vec<Vec<(usize, i64)>> = vec![Vec::new(); cfg.shards as usize];
         for i in 0..n {
@@ -531,9 +522,17 @@ impl Env {
         let mut tasks = Vec::new();
         for (shard, due) in per_shard.into_iter().enumerate() {
             let dbs = Databases::Sqlite(data.path().to_path_buf());
-            let tenants = cfg.tenants;
+            let seed = Seed {
+                tenants: cfg.tenants,
+                ..SEED
+            };
             tasks.push(tokio::spawn(async move {
-                create_jobs(&dbs, shard as u32, tenants, &due).await
+                let mut jobs = Vec::with_capacity(due.len());
+                seed.create_jobs(&dbs, shard as u32, due, |id, at| {
+                    jobs.push(BenchJob { id, at })
+                })
+                .await?;
+                Res::Ok(jobs)
             }));
         }
         let mut jobs = Vec::with_capacity(n);
@@ -629,57 +628,19 @@ impl Env {
     }
 }
 
-fn job_row(tenant: &str, at: i64, now: i64) -> Res<JobRow> {
-    let spec: JobSpec = serde_json::from_value(serde_json::json!({
-        "tenant": tenant,
-        "name": "fire-bench",
-        "schedule": {"at": from_millis(at).to_rfc3339()},
-        "target": {"type": "queue", "queue": QUEUE},
-    }))?;
-    Ok(JobRow {
-        id: Uuid::now_v7(),
-        tenant: tenant.into(),
-        spec,
-        state: JobState::Active,
-        created_at: now,
-        updated_at: now,
-        anchor_at: now,
-        next_fire_at: Some(at),
-        buffered_at: None,
-    })
-}
-
-/// Creates one shard's jobs through its store, as the shard's create request does (one
-/// transaction per job), then closes the store.
-async fn create_jobs(
-    dbs: &Databases,
-    shard: u32,
-    tenants: usize,
-    due: &[(usize, i64)],
-) -> Res<Vec<BenchJob>> {
-    let now = Utc::now().timestamp_millis();
-    let store = Store::open(dbs, shard, 1, NODE, now).await?;
-    let mut out = Vec::with_capacity(due.len());
-    for (k, at) in due {
-        let tenant = format!("bench-s{shard}-t{}", k % tenants);
-        let row = job_row(&tenant, *at, now)?;
-        store.create_job(&row, None).await?;
-        out.push(BenchJob {
-            id: row.id,
-            at: *at,
-        });
-    }
-    store.close().await;
-    Ok(out)
-}
-
 /// Jobs one store creates per second (a scratch database, far-future jobs).
 async fn calibrate() -> Res<f64> {
     let dir = tempfile::tempdir()?;
     let at = Utc::now().timestamp_millis() + 86_400_000;
     let due: Vec<(usize, i64)> = (0..1000).map(|k| (k, at)).collect();
     let began = Instant::now();
-    create_jobs(&Databases::Sqlite(dir.path().to_path_buf()), 0, 4, &due).await?;
+    SEED.create_jobs(
+        &Databases::Sqlite(dir.path().to_path_buf()),
+        0,
+        due.iter().copied(),
+        |_, _| {},
+    )
+    .await?;
     Ok(due.len() as f64 / began.elapsed().as_secs_f64())
 }
 

@@ -1,8 +1,7 @@
 //! What the fire bench measures with, apart from the node: the subscriber that timestamps every
-//! ticket on its own thread, the node's fire counter, percentiles, and the machine's facts.
+//! ticket on its own thread, the node's fire counter, and percentiles.
 
 use std::{
-    path::{Path, PathBuf},
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
@@ -129,35 +128,4 @@ impl Percentiles {
         let r = |x: f64| (x * 10.0).round() / 10.0;
         serde_json::json!({"p50": r(self.p50), "p99": r(self.p99), "p99_9": r(self.p999), "max": r(self.max)})
     }
-}
-
-pub(crate) fn cores() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-}
-
-pub(crate) fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".into())
-}
-
-pub(crate) fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
-pub(crate) fn output_path() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    target.join("bench-fire.json")
 }

@@ -1,0 +1,141 @@
+//! What the shard-node benches share: the cluster state that hands every shard to one node, one-shot
+//! jobs written straight into a shard's database through its store (the rows the shard's create
+//! request would write), and the facts about the machine a report names. Each bench includes it
+//! with `mod common;` (a directory without `main.rs`, so Cargo does not take it for a bench).
+
+use std::path::{Path, PathBuf};
+
+use chronoshard_cluster::Cluster;
+use chronoshard_shard_node::{
+    shard::store::{CreateOutcome, JobRow, Store},
+    Databases,
+};
+use chronoshard_wire::{
+    from_millis,
+    rpc::{ClusterConfig, ShardAssignment},
+    JobSpec, JobState,
+};
+use uuid::Uuid;
+
+use super::Res;
+
+/// Writes the cluster config (`shards` shards) and assigns every shard to `node` with epoch 1.
+pub(crate) async fn assign_all(cluster: &Cluster, shards: u32, node: &str) -> Res<()> {
+    cluster
+        .init_config(&ClusterConfig {
+            shard_count: shards,
+        })
+        .await?;
+    for shard in 0..shards {
+        let a = ShardAssignment {
+            shard,
+            owner: node.into(),
+            epoch: 1,
+        };
+        cluster.put_assignment(&a, None).await?;
+    }
+    Ok(())
+}
+
+/// The one-shot jobs a bench creates: who opens the stores, and what the jobs look like.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Seed {
+    /// Node id recorded as the shard's owner (epoch 1), as the node that later opens it.
+    pub owner: &'static str,
+    /// The jobs' `name`.
+    pub name: &'static str,
+    /// Target queue of every job.
+    pub queue: &'static str,
+    /// Tenants per shard: job `k` of shard `s` belongs to `bench-s{s}-t{k % tenants}`.
+    pub tenants: usize,
+    /// Jobs per transaction (`Store::create_jobs`, as the shard writes creates queued together);
+    /// 1 is a transaction per job, as a lone create request.
+    pub batch: usize,
+}
+
+impl Seed {
+    fn row(&self, tenant: &str, at: i64, now: i64) -> Res<JobRow> {
+        let spec: JobSpec = serde_json::from_value(serde_json::json!({
+            "tenant": tenant,
+            "name": self.name,
+            "schedule": {"at": from_millis(at).to_rfc3339()},
+            "target": {"type": "queue", "queue": self.queue},
+        }))?;
+        Ok(JobRow {
+            id: Uuid::now_v7(),
+            tenant: tenant.into(),
+            spec,
+            state: JobState::Active,
+            created_at: now,
+            updated_at: now,
+            anchor_at: now,
+            next_fire_at: Some(at),
+            buffered_at: None,
+        })
+    }
+
+    /// Creates one shard's jobs `(k, due ms)` through its store, `batch` per transaction
+    /// (`Store::create_jobs`, the shard's own create path), calls `created(id, due)` for each,
+    /// then closes the store.
+    pub(crate) async fn create_jobs(
+        &self,
+        dbs: &Databases,
+        shard: u32,
+        due: impl IntoIterator<Item = (usize, i64)>,
+        mut created: impl FnMut(Uuid, i64),
+    ) -> Res<()> {
+        let now = chrono::Utc::now().timestamp_millis();
+        let store = Store::open(dbs, shard, 1, self.owner, now).await?;
+        let batch = self.batch.max(1);
+        let mut rows: Vec<JobRow> = Vec::with_capacity(batch);
+        let mut due = due.into_iter().peekable();
+        while let Some((k, at)) = due.next() {
+            let tenant = format!("bench-s{shard}-t{}", k % self.tenants.max(1));
+            rows.push(self.row(&tenant, at, now)?);
+            if rows.len() == batch || due.peek().is_none() {
+                let jobs: Vec<(&JobRow, Option<&str>)> = rows.iter().map(|r| (r, None)).collect();
+                for (outcome, row) in store.create_jobs(&jobs).await?.iter().zip(&rows) {
+                    if *outcome != CreateOutcome::Created {
+                        return Err(format!("job {} was not created: {outcome:?}", row.id).into());
+                    }
+                    created(row.id, row.next_fire_at.unwrap_or(at));
+                }
+                rows.clear();
+            }
+        }
+        store.close().await;
+        Ok(())
+    }
+}
+
+pub(crate) fn cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+pub(crate) fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+pub(crate) fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// `$CARGO_TARGET_DIR/<file>`, else `target/<file>` of the workspace.
+pub(crate) fn output_path(file: &str) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    target.join(file)
+}

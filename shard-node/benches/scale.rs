@@ -1,0 +1,724 @@
+//! Scale benchmark of one shard node (issue #5: "10 million scheduled jobs on one node with memory
+//! bounded by the wheel horizon, not the job count"). Run it with
+//! `cargo bench -p chronoshard-shard-node --bench scale`.
+//!
+//! For each N of `SCALE_BENCH_JOBS`, one after the other on the same machine:
+//!
+//! 1. A nats-server of its own (the `Nats` fixture of `chronoshard-test-util`), the cluster
+//!    config, and every shard assigned to one node id with epoch 1, as the fire bench does.
+//! 2. N one-shot jobs (`schedule: {"at": …}`, target queue `scale`, several tenants per shard)
+//!    written straight into the shard SQLite files through `Store::open` + `Store::create_jobs`
+//!    (`SCALE_BENCH_BATCH` jobs per transaction, the store call the shard writes creates queued
+//!    together with), shards in parallel. Job i is in
+//!    shard i % shards and due at an offset drawn uniformly (a fixed hash of i) from the next
+//!    `SCALE_BENCH_DAYS` days. Jobs whose offset is under two hours are written last, counted from
+//!    just before the node starts plus `SCALE_BENCH_GAP_S`, so no job is overdue when the node
+//!    starts however long the seeding took, and the wheel holds what it holds in steady state:
+//!    the jobs due within the horizon (300 s by default), about N × 300 s / 30 days. Printed: the
+//!    seeding rate and the bytes of the shard files on disk.
+//! 3. The node in a process of its own, so neither the seeding nor the bench's own memory is
+//!    counted: the bench binary runs itself again (`std::env::current_exe`, with
+//!    `SCALE_BENCH_NODE` set), and that process starts `ShardNode::start` on the shard files and
+//!    the same nats-server with the default `ShardConfig`. It waits, with a deadline, until
+//!    - every shard is open: it answers a `Ping` on its request subject (the reply comes once
+//!      its store is open and its request handler runs), then
+//!    - every shard's event loop runs: it answers a `TriggerJob` for a job that does not exist
+//!      (a write request, served by the event loop after the shard's recovery and first load; it
+//!      writes nothing), and
+//!    - every shard's `chronoshard_wheel_entries` gauge holds at least the jobs due by the node's
+//!      start plus the horizon (the bench counts them).
+//!
+//!    Then it reads its `/proc/self/status`: VmRSS ("settled"; also RssAnon, the heap and
+//!    stacks), and VmHWM (peak) after sampling VmRSS every 200 ms for `SCALE_BENCH_OBSERVE_S`
+//!    more seconds (loader passes and checkpoints go on meanwhile). Printed: the time from
+//!    `ShardNode::start` until every shard answered `Ping` ("open") and until settled, RSS
+//!    settled, the highest RSS sample, peak RSS, the wheel entries and the fires in that time.
+//!
+//! The figure is the ratio: RSS at the largest N against RSS at N = 0. Plain lines, and JSON in
+//! `$CARGO_TARGET_DIR/bench-scale.json` (else `target/bench-scale.json`) with the machine, the date
+//! and the nats-server version. The seeded files of an N are deleted before the next N starts.
+//! Before seeding, the bench checks the free disk space against the bytes per job of the
+//! previous N (2 KB before the first) and skips an N that would not fit with a 50% margin.
+//!
+//! Environment (defaults in brackets):
+//! - `SCALE_BENCH_JOBS` [0,100000,1000000,10000000]: the N, comma-separated.
+//! - `SCALE_BENCH_SHARDS` [8], `SCALE_BENCH_TENANTS` [4]: shards, and tenants per shard.
+//! - `SCALE_BENCH_BATCH` [1000]: jobs per seeding transaction.
+//! - `SCALE_BENCH_DAYS` [30]: the due times span this many days.
+//! - `SCALE_BENCH_GAP_S` [60]: the earliest due time lies this long after the last seeding pass
+//!   started. A node that takes longer to settle fires jobs meanwhile (counted and printed).
+//! - `SCALE_BENCH_OBSERVE_S` [10]: RSS sampling after settling.
+//! - `SCALE_BENCH_TIMEOUT_S` [1800]: the deadline for the node to open and settle.
+//! - `SCALE_BENCH_DIR` [the system temp dir]: where the shard files are written.
+//!
+//! Not measured: recurring schedules (a cron job holds one row too, but its fire evaluates the
+//! schedule), jobs created through the API while the node runs (the shard's create path), the
+//! fire path at this scale, Postgres shards, more than one node.
+
+use std::{
+    path::Path,
+    process::Stdio,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use chrono::Utc;
+use chronoshard_cluster::Cluster;
+use chronoshard_shard_node::{Databases, Options, ShardConfig, ShardNode};
+use chronoshard_telemetry::metrics;
+use chronoshard_test_util::Nats;
+use chronoshard_wire::{
+    names,
+    rpc::{ShardReply, ShardRequest},
+};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio_util::sync::CancellationToken;
+
+mod common;
+
+use common::{assign_all, cores, cpu_model, loadavg, output_path, Seed};
+
+type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+const NODE: &str = "scale-node";
+/// Set (to the node's parameters, as JSON) in the node process.
+const NODE_ENV: &str = "SCALE_BENCH_NODE";
+/// The node process's line with its figures starts with this.
+const RESULT_PREFIX: &str = "SCALE_NODE_RESULT ";
+/// Due offsets under this are written last, counted from just before the node starts.
+const NEAR_MS: i64 = 2 * 3_600_000;
+/// Poll interval of the wait loops (the conditions decide, not the interval).
+const POLL: Duration = Duration::from_millis(50);
+/// Progress lines while seeding.
+const PROGRESS_EVERY: Duration = Duration::from_secs(60);
+
+fn main() -> Res<()> {
+    let began = Instant::now();
+    if std::env::var_os("RUST_LOG").is_none() {
+        std::env::set_var("RUST_LOG", "warn");
+    }
+    chronoshard_telemetry::init_logging(false);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match std::env::var(NODE_ENV) {
+        Ok(params) => rt.block_on(node_process(serde_json::from_str(&params)?, began)),
+        Err(_) => rt.block_on(run()),
+    }
+}
+
+fn env_num<T: std::str::FromStr>(name: &str, default: T) -> Res<T> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| format!("{name}={v:?} is not a number").into()),
+        Err(_) => Ok(default),
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Config {
+    jobs: Vec<usize>,
+    shards: u32,
+    tenants: usize,
+    batch: usize,
+    span_ms: i64,
+    gap_ms: i64,
+    observe: Duration,
+    timeout: Duration,
+    dir: std::path::PathBuf,
+}
+
+impl Config {
+    fn from_env() -> Res<Config> {
+        let jobs = std::env::var("SCALE_BENCH_JOBS")
+            .unwrap_or_else(|_| "0,100000,1000000,10000000".into())
+            .split(',')
+            .map(|s| {
+                s.trim()
+                    .replace('_', "")
+                    .parse()
+                    .map_err(|_| format!("SCALE_BENCH_JOBS: {s:?} is not a number"))
+            })
+            .collect::<Result<Vec<usize>, _>>()?;
+        Ok(Config {
+            jobs,
+            shards: env_num("SCALE_BENCH_SHARDS", 8u32)?.max(1),
+            tenants: env_num("SCALE_BENCH_TENANTS", 4usize)?.max(1),
+            batch: env_num("SCALE_BENCH_BATCH", 1000usize)?.max(1),
+            span_ms: env_num("SCALE_BENCH_DAYS", 30i64)?.max(1) * 86_400_000,
+            gap_ms: env_num("SCALE_BENCH_GAP_S", 60i64)? * 1000,
+            observe: Duration::from_secs(env_num("SCALE_BENCH_OBSERVE_S", 10)?),
+            timeout: Duration::from_secs(env_num("SCALE_BENCH_TIMEOUT_S", 1800)?),
+            dir: std::env::var_os("SCALE_BENCH_DIR")
+                .map(Into::into)
+                .unwrap_or_else(std::env::temp_dir),
+        })
+    }
+}
+
+async fn run() -> Res<()> {
+    let cfg = Config::from_env()?;
+    let started = Utc::now();
+    let horizon = ShardConfig::default().horizon;
+    println!(
+        "scale bench: {} cores ({}), {} MiB RAM, load average {}; N = {:?}, {} shards, {} tenants per shard, due over {} days, horizon {} s",
+        cores(),
+        cpu_model(),
+        mem_total_kib() / 1024,
+        loadavg(),
+        cfg.jobs,
+        cfg.shards,
+        cfg.tenants,
+        cfg.span_ms / 86_400_000,
+        horizon.as_secs()
+    );
+    let mut report = serde_json::json!({
+        "bench": "shard-node scale",
+        "command": "cargo bench -p chronoshard-shard-node --bench scale",
+        "date": started.to_rfc3339(),
+        "machine": {
+            "cores": cores(), "cpu_model": cpu_model(), "mem_total_kib": mem_total_kib(),
+            "load_average_before": loadavg(),
+        },
+        "shards": cfg.shards,
+        "tenants_per_shard": cfg.tenants,
+        "seed_jobs_per_transaction": cfg.batch,
+        "due_span_days": cfg.span_ms / 86_400_000,
+        "horizon_s": horizon.as_secs(),
+        "gap_s": cfg.gap_ms / 1000,
+        "observe_s": cfg.observe.as_secs(),
+    });
+    let mut runs = Vec::new();
+    let mut failures: Vec<String> = Vec::new();
+    let mut bytes_per_job = 2048.0;
+    let mut rows: Vec<Row> = Vec::new();
+    for &n in &cfg.jobs {
+        let need = (n as f64 * bytes_per_job * 1.5) as u64 + (256 << 20);
+        let avail = disk_available(&cfg.dir);
+        if avail.is_some_and(|a| a < need) {
+            let msg = format!(
+                "N = {n}: skipped, needs about {} MiB on {} and {} MiB are free",
+                need >> 20,
+                cfg.dir.display(),
+                avail.unwrap_or(0) >> 20
+            );
+            println!("{msg}");
+            failures.push(msg);
+            continue;
+        }
+        match measure(&cfg, n).await {
+            Ok(row) => {
+                if n > 0 {
+                    bytes_per_job = row.disk_bytes as f64 / n as f64;
+                }
+                report["nats_server"] = row.nats_version.clone().into();
+                runs.push(row.json());
+                rows.push(row);
+            }
+            Err(e) => {
+                let msg = format!("N = {n}: {e}");
+                println!("FAILED {msg}");
+                failures.push(msg);
+            }
+        }
+    }
+    print_table(&rows);
+    let base = rows.iter().find(|r| r.jobs == 0);
+    let top = rows.iter().max_by_key(|r| r.jobs);
+    if let (Some(b), Some(t)) = (base, top) {
+        if t.jobs > 0 {
+            let ratio = t.node.rss_kib as f64 / b.node.rss_kib as f64;
+            let peak = t.node.hwm_kib as f64 / b.node.hwm_kib as f64;
+            println!(
+                "RSS settled at N = {}: {:.2}× that at N = 0 (peak {:.2}×)",
+                t.jobs, ratio, peak
+            );
+            report["rss_ratio_largest_to_zero"] = ((ratio * 100.0).round() / 100.0).into();
+            report["peak_rss_ratio_largest_to_zero"] = ((peak * 100.0).round() / 100.0).into();
+        }
+    }
+    report["runs"] = runs.into();
+    report["failures"] = failures.clone().into();
+    report["machine"]["load_average_after"] = loadavg().into();
+    let path = output_path("bench-scale.json");
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
+    println!("written: {}", path.display());
+    if !failures.is_empty() {
+        for f in &failures {
+            println!("FAILURE: {f}");
+        }
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// One N: what seeding took and what the node process reported.
+struct Row {
+    jobs: usize,
+    seed_secs: f64,
+    disk_bytes: u64,
+    expected_wheel: u64,
+    nats_version: String,
+    node: NodeFigures,
+}
+
+impl Row {
+    fn seed_rate(&self) -> f64 {
+        self.jobs as f64 / self.seed_secs.max(1e-9)
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "jobs": self.jobs,
+            "seed_s": (self.seed_secs * 10.0).round() / 10.0,
+            "seed_jobs_per_s": self.seed_rate().round(),
+            "disk_bytes": self.disk_bytes,
+            "disk_bytes_per_job": (self.jobs > 0).then(|| (self.disk_bytes as f64 / self.jobs as f64).round()),
+            "wheel_entries_expected_at_least": self.expected_wheel,
+            "node": serde_json::to_value(&self.node).unwrap_or_default(),
+        })
+    }
+}
+
+/// What the node process measured about itself.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+struct NodeFigures {
+    /// From `ShardNode::start` until every shard answered `Ping`.
+    open_ms: u64,
+    /// From `ShardNode::start` until every event loop answered and every wheel was loaded.
+    settled_ms: u64,
+    /// From the process's `main` until settled (runtime, NATS connection, start).
+    process_settled_ms: u64,
+    /// When each shard first answered `Ping` / the event-loop probe (ms after start).
+    shard_open_ms: Vec<u64>,
+    shard_loop_ms: Vec<u64>,
+    rss_kib: u64,
+    rss_anon_kib: u64,
+    /// The highest VmRSS sample over the observation window.
+    rss_max_sampled_kib: u64,
+    rss_end_kib: u64,
+    /// VmHWM at the end of the observation window.
+    hwm_kib: u64,
+    wheel_entries: i64,
+    wheel_entries_end: i64,
+    fires: u64,
+    threads: u64,
+}
+
+impl NodeFigures {
+    /// The longest time a shard took from answering `Ping` to answering from its event loop:
+    /// its recovery (`Shard::recover`) and first load.
+    fn recovery_ms(&self) -> u64 {
+        self.shard_open_ms
+            .iter()
+            .zip(&self.shard_loop_ms)
+            .map(|(o, l)| l.saturating_sub(*o))
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+async fn measure(cfg: &Config, n: usize) -> Res<Row> {
+    println!("\n# N = {n}");
+    let nats = Nats::start().await?;
+    let cluster = Cluster::connect(nats.client().await?).await?;
+    assign_all(&cluster, cfg.shards, NODE).await?;
+    let data = tempfile::tempdir_in(&cfg.dir)?;
+    let dbs = Databases::Sqlite(data.path().to_path_buf());
+    let began = Instant::now();
+    // Pass 1: every job due two hours or more from now; pass 2: the nearer ones, counted from now.
+    let (far, _) = seed(cfg, &dbs, n, Pass::Far, began).await?;
+    let (near, near_due) = seed(cfg, &dbs, n, Pass::Near, began).await?;
+    let seed_secs = began.elapsed().as_secs_f64();
+    if far + near != n as u64 {
+        return Err(format!("seeded {far} + {near} jobs of {n}").into());
+    }
+    let disk_bytes = dir_bytes(data.path())?;
+    println!(
+        "seeded: {n} jobs in {seed_secs:.1} s ({:.0} jobs/s, {near} of them in the last pass), {:.1} MiB on disk ({} bytes per job)",
+        n as f64 / seed_secs.max(1e-9),
+        disk_bytes as f64 / 1048576.0,
+        if n > 0 { (disk_bytes / n as u64).to_string() } else { "-".into() }
+    );
+    // The node's first load takes every job due by its start plus the horizon, at least.
+    let until = Utc::now().timestamp_millis() + ShardConfig::default().horizon.as_millis() as i64;
+    let expected: Vec<u64> = near_due
+        .iter()
+        .map(|due| due.iter().filter(|at| **at <= until).count() as u64)
+        .collect();
+    let expected_wheel: u64 = expected.iter().sum();
+    let params = NodeParams {
+        url: nats.url(),
+        data: data.path().display().to_string(),
+        shards: cfg.shards,
+        expected,
+        observe_ms: cfg.observe.as_millis() as u64,
+        timeout_ms: cfg.timeout.as_millis() as u64,
+    };
+    let node = run_node_process(
+        &params,
+        cfg.timeout + cfg.observe + Duration::from_secs(120),
+    )
+    .await?;
+    println!(
+        "node: every shard open {} ms after start (open → event loop up to {} ms), settled after {} ms ({} ms after its process started); wheel entries {} (expected at least {expected_wheel}), fires meanwhile {}",
+        node.open_ms, node.recovery_ms(), node.settled_ms, node.process_settled_ms, node.wheel_entries, node.fires
+    );
+    println!(
+        "node RSS: settled {:.1} MiB (anon {:.1}), highest sample {:.1}, end {:.1}, peak (VmHWM) {:.1} MiB; {} threads",
+        mib(node.rss_kib),
+        mib(node.rss_anon_kib),
+        mib(node.rss_max_sampled_kib),
+        mib(node.rss_end_kib),
+        mib(node.hwm_kib),
+        node.threads
+    );
+    let nats_version = nats.server.binary.version.clone();
+    drop(cluster);
+    drop(nats);
+    data.close()?;
+    Ok(Row {
+        jobs: n,
+        seed_secs,
+        disk_bytes,
+        expected_wheel,
+        nats_version,
+        node,
+    })
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    Far,
+    Near,
+}
+
+/// Writes the pass's jobs of every shard, shards in parallel; returns how many it wrote and,
+/// per shard, their due times (the near pass only).
+async fn seed(
+    cfg: &Config,
+    dbs: &Databases,
+    n: usize,
+    pass: Pass,
+    began: Instant,
+) -> Res<(u64, Vec<Vec<i64>>)> {
+    let now = Utc::now().timestamp_millis();
+    let (span, gap) = (cfg.span_ms, cfg.gap_ms);
+    let done = Arc::new(AtomicU64::new(0));
+    let seed = Seed {
+        owner: NODE,
+        name: "scale-bench",
+        queue: "scale",
+        tenants: cfg.tenants,
+        batch: cfg.batch,
+    };
+    let shards = cfg.shards as usize;
+    let mut tasks = Vec::new();
+    for shard in 0..shards {
+        let (dbs, done) = (dbs.clone(), done.clone());
+        tasks.push(tokio::spawn(async move {
+            // Job i = shard + k × shards.
+            let due = (shard..n).step_by(shards).enumerate().filter_map(|(k, i)| {
+                let offset = due_offset(i as u64, span);
+                match pass {
+                    Pass::Far if offset >= NEAR_MS => Some((k, now + offset)),
+                    Pass::Near if offset < NEAR_MS => Some((k, now + gap + offset)),
+                    _ => None,
+                }
+            });
+            let mut near = Vec::new();
+            seed.create_jobs(&dbs, shard as u32, due, |_, at| {
+                done.fetch_add(1, Ordering::Relaxed);
+                if pass == Pass::Near {
+                    near.push(at);
+                }
+            })
+            .await?;
+            Res::Ok(near)
+        }));
+    }
+    let mut tick =
+        tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
+    let all = futures::future::try_join_all(tasks);
+    tokio::pin!(all);
+    let near = loop {
+        tokio::select! {
+            r = &mut all => break r?,
+            _ = tick.tick() => {
+                let secs = began.elapsed().as_secs_f64();
+                let d = done.load(Ordering::Relaxed);
+                println!("  seeding: {d} jobs of this pass after {secs:.0} s, load average {}", loadavg());
+            }
+        }
+    };
+    let near = near.into_iter().collect::<Res<Vec<_>>>()?;
+    Ok((done.load(Ordering::Relaxed), near))
+}
+
+/// Job `i`'s due offset in `[0, span)` ms: a fixed hash (splitmix64), uniform over the span.
+fn due_offset(i: u64, span: i64) -> i64 {
+    let mut z = i.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z % span as u64) as i64
+}
+
+/// What the node process needs.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct NodeParams {
+    url: String,
+    data: String,
+    shards: u32,
+    /// Per shard, the wheel entries its first load must at least make.
+    expected: Vec<u64>,
+    observe_ms: u64,
+    timeout_ms: u64,
+}
+
+/// Runs this binary again as the node process and returns what it reported.
+async fn run_node_process(params: &NodeParams, deadline: Duration) -> Res<NodeFigures> {
+    let mut child = tokio::process::Command::new(std::env::current_exe()?)
+        .env(NODE_ENV, serde_json::to_string(params)?)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("no stdout of the node process")?;
+    let read = async {
+        let mut lines = BufReader::new(stdout).lines();
+        let mut figures = None;
+        while let Some(line) = lines.next_line().await? {
+            match line.strip_prefix(RESULT_PREFIX) {
+                Some(json) => figures = Some(serde_json::from_str::<NodeFigures>(json)?),
+                None => println!("  node process: {line}"),
+            }
+        }
+        let status = child.wait().await?;
+        Res::Ok((figures, status))
+    };
+    let (figures, status) = tokio::time::timeout(deadline, read)
+        .await
+        .map_err(|_| format!("the node process did not finish within {deadline:?}"))??;
+    match (figures, status.success()) {
+        (Some(f), true) => Ok(f),
+        (_, _) => Err(format!("the node process ended with {status} and no figures").into()),
+    }
+}
+
+/// The node process: starts the node on the seeded files, waits until it settled, measures
+/// itself, stops the node and prints its figures as one line.
+async fn node_process(p: NodeParams, began: Instant) -> Res<()> {
+    let shutdown = CancellationToken::new();
+    let client = async_nats::connect(&p.url).await?;
+    // A connection of its own for the probes, as a control plane would have.
+    let probe = async_nats::connect(&p.url).await?;
+    let opts = Options {
+        node_id: NODE.into(),
+        databases: Databases::Sqlite(p.data.clone().into()),
+        shard: ShardConfig::default(),
+    };
+    let start = Instant::now();
+    let (_handle, task) = ShardNode::start(opts, client, shutdown.clone()).await?;
+    let deadline = start + Duration::from_millis(p.timeout_ms);
+    let shards = p.shards as usize;
+    let gauge = |s: usize| {
+        metrics::WHEEL_ENTRIES_GAUGE
+            .with_label_values(&[&s.to_string()])
+            .get()
+    };
+    // Every shard probed at once, so one shard's wait does not delay what another's shows.
+    let probes = (0..shards).map(|s| probe_shard(&probe, s, start, deadline));
+    let mut open = Vec::with_capacity(shards);
+    let mut looped = Vec::with_capacity(shards);
+    for r in futures::future::join_all(probes).await {
+        let (o, l) = r?;
+        open.push(o);
+        looped.push(l);
+    }
+    // The event loops answer after their first load; a failed load is retried a second later
+    // (with a warning), so the wheels are checked as well.
+    while !(0..shards).all(|s| gauge(s) >= p.expected[s] as i64) {
+        if Instant::now() > deadline {
+            let wheel: Vec<i64> = (0..shards).map(gauge).collect();
+            return Err(format!(
+                "wheels not loaded after {} ms: {wheel:?} of at least {:?}",
+                p.timeout_ms, p.expected
+            )
+            .into());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    let settled = Instant::now();
+    let status = proc_status();
+    let wheel = || (0..shards).map(gauge).sum::<i64>();
+    let mut f = NodeFigures {
+        open_ms: open.iter().copied().max().unwrap_or(0),
+        settled_ms: settled.duration_since(start).as_millis() as u64,
+        process_settled_ms: settled.duration_since(began).as_millis() as u64,
+        shard_open_ms: open,
+        shard_loop_ms: looped,
+        rss_kib: status.get("VmRSS"),
+        rss_anon_kib: status.get("RssAnon"),
+        rss_max_sampled_kib: status.get("VmRSS"),
+        wheel_entries: wheel(),
+        ..NodeFigures::default()
+    };
+    println!(
+        "settled after {} ms (pid {}), RSS {} kB; observing for {} ms",
+        f.settled_ms,
+        std::process::id(),
+        f.rss_kib,
+        p.observe_ms
+    );
+    // An observation window, not synchronisation: VmRSS sampled while the node goes on.
+    let until = settled + Duration::from_millis(p.observe_ms);
+    while Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        f.rss_max_sampled_kib = f.rss_max_sampled_kib.max(proc_status().get("VmRSS"));
+    }
+    let end = proc_status();
+    f.rss_end_kib = end.get("VmRSS");
+    f.hwm_kib = end.get("VmHWM");
+    f.threads = end.get("Threads");
+    f.wheel_entries_end = wheel();
+    f.fires = (0..shards)
+        .map(|s| {
+            metrics::FIRES_TOTAL
+                .with_label_values(&[&s.to_string()])
+                .get()
+        })
+        .sum();
+    println!("{RESULT_PREFIX}{}", serde_json::to_string(&f)?);
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(60), task).await??;
+    Ok(())
+}
+
+/// Waits until shard `s` answers `Ping` (its store is open and its requests are served), then a
+/// `TriggerJob` for a job that does not exist (a write request: the event loop answers it, after
+/// the shard's recovery and first load, with "not found" and writes nothing). Returns when each
+/// came, in ms after `start`.
+async fn probe_shard(
+    probe: &async_nats::Client,
+    s: usize,
+    start: Instant,
+    deadline: Instant,
+) -> Res<(u64, u64)> {
+    let ms = || start.elapsed().as_millis() as u64;
+    let nothing = ShardRequest::TriggerJob {
+        job_id: uuid::Uuid::nil(),
+    };
+    let mut open = None;
+    loop {
+        if open.is_none() {
+            if let Some(ShardReply::Pong { .. }) = ask(probe, s, &ShardRequest::Ping).await {
+                open = Some(ms());
+            }
+        }
+        if let Some(o) = open {
+            if ask(probe, s, &nothing).await.is_some() {
+                return Ok((o, ms()));
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(
+                format!("shard {s}: open at {open:?} ms, its event loop did not answer").into(),
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// One request to a shard; None when nobody answered in time (or nobody listens yet).
+async fn ask(client: &async_nats::Client, shard: usize, req: &ShardRequest) -> Option<ShardReply> {
+    let body = serde_json::to_vec(req).ok()?;
+    let subject = names::shard_rpc_subject(shard as u32);
+    let reply = tokio::time::timeout(Duration::from_secs(5), client.request(subject, body.into()))
+        .await
+        .ok()?
+        .ok()?;
+    serde_json::from_slice(&reply.payload).ok()
+}
+
+/// `/proc/self/status` fields in kB (and plain counts such as `Threads`).
+struct ProcStatus(String);
+
+impl ProcStatus {
+    fn get(&self, field: &str) -> u64 {
+        self.0
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+fn proc_status() -> ProcStatus {
+    ProcStatus(std::fs::read_to_string("/proc/self/status").unwrap_or_default())
+}
+
+fn mem_total_kib() -> u64 {
+    ProcStatus(std::fs::read_to_string("/proc/meminfo").unwrap_or_default()).get("MemTotal")
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// Bytes of the files in `dir` (the shard databases, their WAL and shared-memory files).
+fn dir_bytes(dir: &Path) -> Res<u64> {
+    let mut total = 0;
+    for e in std::fs::read_dir(dir)? {
+        let m = e?.metadata()?;
+        if m.is_file() {
+            total += m.len();
+        }
+    }
+    Ok(total)
+}
+
+/// Free bytes on the file system holding `dir` (`df`), if it can tell.
+fn disk_available(dir: &Path) -> Option<u64> {
+    let out = std::process::Command::new("df")
+        .args(["-B1", "--output=avail"])
+        .arg(dir)
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .nth(1)?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn print_table(rows: &[Row]) {
+    println!("\n| N | seeding | disk | open | open → event loop (slowest shard) | settled | RSS settled | RSS highest | peak RSS | wheel entries |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for r in rows {
+        println!(
+            "| {} | {:.0} jobs/s ({:.0} s) | {:.1} MiB | {} ms | {} ms | {} ms | {:.1} MiB | {:.1} MiB | {:.1} MiB | {} |",
+            r.jobs,
+            r.seed_rate(),
+            r.seed_secs,
+            r.disk_bytes as f64 / 1048576.0,
+            r.node.open_ms,
+            r.node.recovery_ms(),
+            r.node.settled_ms,
+            mib(r.node.rss_kib),
+            mib(r.node.rss_max_sampled_kib),
+            mib(r.node.hwm_kib),
+            r.node.wheel_entries
+        );
+    }
+}
