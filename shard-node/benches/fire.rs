@@ -82,7 +82,7 @@ mod common;
 #[path = "fire/measure.rs"]
 mod measure;
 
-use common::{assign_all, cores, cpu_model, loadavg, output_path, Seed};
+use common::{assign_all, cores, cpu_model, env_num, loadavg, output_path, Seed};
 use measure::{collect, fires_total, steady_rate, Percentiles};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -127,16 +127,6 @@ struct Config {
 
 fn fire_lead_ms(cfg: &Config) -> i64 {
     cfg.fire_lead.as_millis() as i64
-}
-
-fn env_num<T: std::str::FromStr>(name: &str, default: T) -> Res<T> {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .map_err(|_| format!("{name}={v:?} is not a number").into()),
-        Err(_) => Ok(default),
-    }
 }
 
 impl Config {

@@ -35,15 +35,10 @@ use uuid::Uuid;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
-fn env_num(name: &str, default: usize) -> Res<usize> {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .map_err(|_| format!("{name}={v:?} is not a number").into()),
-        Err(_) => Ok(default),
-    }
-}
+// Only `env_num` is used here; the rest serves fire.rs and scale.rs.
+#[allow(dead_code)]
+mod common;
+use common::env_num;
 
 fn main() -> Res<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()

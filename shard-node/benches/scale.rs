@@ -79,7 +79,7 @@ use tokio_util::sync::CancellationToken;
 
 mod common;
 
-use common::{assign_all, cores, cpu_model, loadavg, output_path, Seed};
+use common::{assign_all, cores, cpu_model, env_num, loadavg, output_path, Seed};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -107,16 +107,6 @@ fn main() -> Res<()> {
     match std::env::var(NODE_ENV) {
         Ok(params) => rt.block_on(node_process(serde_json::from_str(&params)?, began)),
         Err(_) => rt.block_on(run()),
-    }
-}
-
-fn env_num<T: std::str::FromStr>(name: &str, default: T) -> Res<T> {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .map_err(|_| format!("{name}={v:?} is not a number").into()),
-        Err(_) => Ok(default),
     }
 }
 

@@ -139,3 +139,14 @@ pub(crate) fn output_path(file: &str) -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
     target.join(file)
 }
+
+/// A number from the environment variable `name`, or `default` when it is not set.
+pub(crate) fn env_num<T: std::str::FromStr>(name: &str, default: T) -> Res<T> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| format!("{name}={v:?} is not a number").into()),
+        Err(_) => Ok(default),
+    }
+}
