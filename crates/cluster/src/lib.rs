@@ -6,7 +6,7 @@
 //! any process can start first. This crate must not decide anything (who owns a shard is the
 //! control plane's decision): it reads and writes state and nothing else.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use async_nats::jetstream::{
     self,
@@ -97,11 +97,17 @@ fn nats<E: std::error::Error + Send + Sync + 'static>(
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Handles on the streams and buckets of one cluster. Cheap to clone.
+/// Handles on the streams and buckets of one cluster. Cheap to clone: the API clones it per
+/// request and a shard per message, so the bucket handles sit behind one `Arc` (a KV `Store`
+/// clone deep-copies its stream's whole info, measured as half of the API's allocations).
 #[derive(Clone)]
 pub struct Cluster {
     pub client: async_nats::Client,
     pub js: Context,
+    buckets: Arc<Buckets>,
+}
+
+struct Buckets {
     nodes: Store,
     shards: Store,
     job_index: Store,
@@ -154,12 +160,15 @@ impl Cluster {
             storage: StorageType::File,
             ..Default::default()
         };
-        Ok(Cluster {
+        let buckets = Buckets {
             nodes: ensure_bucket(&js, bucket(names::NODES_BUCKET, 1, HEARTBEAT_TTL)).await?,
             shards: ensure_bucket(&js, bucket(names::SHARDS_BUCKET, 5, Duration::ZERO)).await?,
             job_index: ensure_bucket(&js, bucket(names::JOB_INDEX_BUCKET, 1, Duration::ZERO))
                 .await?,
             workers: ensure_bucket(&js, bucket(names::WORKERS_BUCKET, 1, HEARTBEAT_TTL)).await?,
+        };
+        Ok(Cluster {
+            buckets: Arc::new(buckets),
             js,
             client,
         })
@@ -168,7 +177,7 @@ impl Cluster {
     /// The cluster config, if a control plane has written it.
     pub async fn config(&self) -> Result<Option<ClusterConfig>> {
         get_json(
-            &self.shards,
+            &self.buckets.shards,
             names::CLUSTER_CONFIG_KEY,
             "read cluster config",
         )
@@ -178,6 +187,7 @@ impl Cluster {
     /// Writes the config unless one exists; returns the config in force.
     pub async fn init_config(&self, wanted: &ClusterConfig) -> Result<ClusterConfig> {
         match self
+            .buckets
             .shards
             .create(names::CLUSTER_CONFIG_KEY, to_bytes(wanted))
             .await
@@ -193,6 +203,7 @@ impl Cluster {
     /// Every shard assignment with its KV revision (for compare-and-swap updates).
     pub async fn assignments(&self) -> Result<Vec<(ShardAssignment, u64)>> {
         let keys: Vec<String> = self
+            .buckets
             .shards
             .keys()
             .await
@@ -203,6 +214,7 @@ impl Cluster {
         let mut out = Vec::new();
         for key in keys.iter().filter(|k| k.starts_with("shard.")) {
             if let Some(entry) = self
+                .buckets
                 .shards
                 .entry(key)
                 .await
@@ -227,6 +239,7 @@ impl Cluster {
         let key = names::shard_key(a.shard);
         match revision {
             None => self
+                .buckets
                 .shards
                 .create(&key, to_bytes(a))
                 .await
@@ -235,6 +248,7 @@ impl Cluster {
                     _ => nats("write shard map")(e),
                 }),
             Some(rev) => self
+                .buckets
                 .shards
                 .update(&key, to_bytes(a), rev)
                 .await
@@ -247,7 +261,8 @@ impl Cluster {
 
     /// A watch over the shard map: the current value of every key, then every change.
     pub async fn watch_shard_map(&self) -> Result<kv::Watch> {
-        self.shards
+        self.buckets
+            .shards
             .watch_with_history("shard.*")
             .await
             .map_err(nats("watch shard map"))
@@ -256,14 +271,16 @@ impl Cluster {
     /// A watch over the node registry: the current entry of every node, then every heartbeat and
     /// removal.
     pub async fn watch_nodes(&self) -> Result<kv::Watch> {
-        self.nodes
+        self.buckets
+            .nodes
             .watch_with_history(">")
             .await
             .map_err(nats("watch nodes"))
     }
 
     pub async fn heartbeat_node(&self, info: &NodeInfo) -> Result<()> {
-        self.nodes
+        self.buckets
+            .nodes
             .put(&info.node_id, to_bytes(info))
             .await
             .map_err(nats("node heartbeat"))?;
@@ -272,11 +289,12 @@ impl Cluster {
 
     /// Nodes whose heartbeat has not expired.
     pub async fn live_nodes(&self) -> Result<Vec<NodeInfo>> {
-        all_json(&self.nodes, "list nodes").await
+        all_json(&self.buckets.nodes, "list nodes").await
     }
 
     pub async fn heartbeat_worker(&self, info: &WorkerInfo) -> Result<()> {
-        self.workers
+        self.buckets
+            .workers
             .put(&info.worker_id, to_bytes(info))
             .await
             .map_err(nats("worker heartbeat"))?;
@@ -284,16 +302,21 @@ impl Cluster {
     }
 
     pub async fn live_workers(&self) -> Result<Vec<WorkerInfo>> {
-        all_json(&self.workers, "list workers").await
+        all_json(&self.buckets.workers, "list workers").await
     }
 
     /// Removes a node or worker from the registry at once (clean shutdown).
     pub async fn forget_node(&self, node_id: &str) -> Result<()> {
-        self.nodes.purge(node_id).await.map_err(nats("remove node"))
+        self.buckets
+            .nodes
+            .purge(node_id)
+            .await
+            .map_err(nats("remove node"))
     }
 
     pub async fn forget_worker(&self, worker_id: &str) -> Result<()> {
-        self.workers
+        self.buckets
+            .workers
             .purge(worker_id)
             .await
             .map_err(nats("remove worker"))
@@ -301,7 +324,8 @@ impl Cluster {
 
     /// Records which tenant a job belongs to, so a job is found from its id alone.
     pub async fn index_job(&self, job_id: &str, tenant: &str) -> Result<()> {
-        self.job_index
+        self.buckets
+            .job_index
             .put(job_id, Bytes::copy_from_slice(tenant.as_bytes()))
             .await
             .map_err(nats("index job"))?;
@@ -311,6 +335,7 @@ impl Cluster {
     /// The tenant of a job, if the job was ever created.
     pub async fn job_tenant(&self, job_id: &str) -> Result<Option<String>> {
         let v = self
+            .buckets
             .job_index
             .get(job_id)
             .await
