@@ -1,12 +1,12 @@
 //! Job rows: create (with idempotency keys), read, list, update, and the due-job scan the loader uses.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use chronoshard_wire::{JobSpec, JobState};
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::{parse_uuid, Result, Store, StoreError};
+use super::{parse_uuid, rows_per_statement, values_list, Result, Store, StoreError};
 
 /// A job as stored: its spec, lifecycle state and next unfired occurrence.
 #[derive(Clone, Debug, PartialEq)]
@@ -83,10 +83,7 @@ impl Store {
         jobs: &[(&JobRow, Option<&str>)],
     ) -> Result<Vec<CreateOutcome>> {
         let mut tx = self.write().await?;
-        let mut outcomes = Vec::with_capacity(jobs.len());
-        for (job, key) in jobs {
-            outcomes.push(create_in(&mut tx, job, *key).await?);
-        }
+        let outcomes = create_in(&mut tx, jobs).await?;
         tx.commit().await?;
         Ok(outcomes)
     }
@@ -201,50 +198,94 @@ impl Store {
     }
 }
 
+/// Columns a create writes, in the order `insert_new` binds them.
+const INSERT_COLUMNS: usize = 10;
+
+/// Inserts every job whose id and key are new, with multi-row statements that skip conflicts,
+/// then looks up what each skipped one collided with. A burst of new jobs thus costs one
+/// statement per chunk instead of three per job (two lookups and an insert, each a round trip),
+/// and the rare repeat pays its lookups alone. Rows go in in order, so of two with the same id
+/// or key in one call the first is created and the second finds it, as one by one.
 async fn create_in(
     tx: &mut super::Tx,
-    job: &JobRow,
-    idempotency_key: Option<&str>,
-) -> Result<CreateOutcome> {
-    // The same job id again is a retried request; the same key again is a repeated one.
-    // Either way, answer with what the first one created.
+    jobs: &[(&JobRow, Option<&str>)],
+) -> Result<Vec<CreateOutcome>> {
+    let mut inserted: HashSet<Uuid> = HashSet::with_capacity(jobs.len());
+    for chunk in jobs.chunks(rows_per_statement(INSERT_COLUMNS)) {
+        insert_new(tx, chunk, &mut inserted).await?;
+    }
+    let mut outcomes = Vec::with_capacity(jobs.len());
+    for (i, (job, key)) in jobs.iter().enumerate() {
+        // An id repeated within the call was inserted by its first row only.
+        let first = jobs[..i].iter().all(|(j, _)| j.id != job.id);
+        if first && inserted.contains(&job.id) {
+            outcomes.push(CreateOutcome::Created);
+            continue;
+        }
+        outcomes.push(match earlier(tx, job, *key).await? {
+            Some(existing) if existing.spec == job.spec => {
+                CreateOutcome::Existing(Box::new(existing))
+            }
+            Some(_) => CreateOutcome::KeyReused,
+            None => {
+                return Err(StoreError::Corrupt(format!(
+                    "job {} was neither created nor found",
+                    job.id
+                )))
+            }
+        });
+    }
+    Ok(outcomes)
+}
+
+/// One multi-row insert that skips rows whose id or (tenant, key) exists; adds the ids it
+/// created to `inserted`.
+async fn insert_new(
+    tx: &mut super::Tx,
+    chunk: &[(&JobRow, Option<&str>)],
+    inserted: &mut HashSet<Uuid>,
+) -> Result<()> {
+    let sql = format!(
+        "INSERT INTO jobs (id, tenant, spec, state, created_at, updated_at, anchor_at, next_fire_at, idempotency_key, priority) \
+         VALUES {} ON CONFLICT DO NOTHING RETURNING id",
+        values_list(chunk.len(), INSERT_COLUMNS, 1)
+    );
+    let mut q = sqlx::query(&sql);
+    for (job, key) in chunk {
+        q = q
+            .bind(job.id.to_string())
+            .bind(&job.tenant)
+            .bind(serde_json::to_string(&job.spec).map_err(|e| StoreError::Corrupt(e.to_string()))?)
+            .bind(job.state.as_str())
+            .bind(job.created_at)
+            .bind(job.updated_at)
+            .bind(job.anchor_at)
+            .bind(job.next_fire_at)
+            .bind(*key)
+            .bind(job.spec.priority as i64);
+    }
+    for row in q.fetch_all(&mut **tx).await? {
+        inserted.insert(parse_uuid(&row.try_get::<String, _>("id")?)?);
+    }
+    Ok(())
+}
+
+/// The job a create collided with: the same id (a retried request) first, then the same key
+/// (a repeated one).
+async fn earlier(tx: &mut super::Tx, job: &JobRow, key: Option<&str>) -> Result<Option<JobRow>> {
     let by_id = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1");
-    let mut earlier = sqlx::query(&by_id)
+    let mut row = sqlx::query(&by_id)
         .bind(job.id.to_string())
         .fetch_optional(&mut **tx)
         .await?;
-    if let (None, Some(key)) = (&earlier, idempotency_key) {
+    if let (None, Some(key)) = (&row, key) {
         let by_key =
             format!("SELECT {JOB_COLUMNS} FROM jobs WHERE tenant = $1 AND idempotency_key = $2");
-        earlier = sqlx::query(&by_key)
+        row = sqlx::query(&by_key)
             .bind(&job.tenant)
             .bind(key)
             .fetch_optional(&mut **tx)
             .await?;
     }
-    if let Some(row) = earlier {
-        let existing = job_from_row(&row)?;
-        return Ok(if existing.spec == job.spec {
-            CreateOutcome::Existing(Box::new(existing))
-        } else {
-            CreateOutcome::KeyReused
-        });
-    }
-    sqlx::query(
-        "INSERT INTO jobs (id, tenant, spec, state, created_at, updated_at, anchor_at, next_fire_at, idempotency_key, priority) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-    )
-    .bind(job.id.to_string())
-    .bind(&job.tenant)
-    .bind(serde_json::to_string(&job.spec).map_err(|e| StoreError::Corrupt(e.to_string()))?)
-    .bind(job.state.as_str())
-    .bind(job.created_at)
-    .bind(job.updated_at)
-    .bind(job.anchor_at)
-    .bind(job.next_fire_at)
-    .bind(idempotency_key)
-    .bind(job.spec.priority as i64)
-    .execute(&mut **tx)
-    .await?;
-    Ok(CreateOutcome::Created)
+    row.as_ref().map(job_from_row).transpose()
 }

@@ -394,6 +394,25 @@ async fn creates_in_one_transaction_see_each_other(db: TestDb) {
     want.sort();
     assert_eq!(ids, want, "two jobs written, nothing else");
 
+    // A later call meets the stored jobs: new rows around repeats of stored ones.
+    let mut again_by_key = job("t", 1000);
+    again_by_key.spec = first.spec.clone();
+    let fresh = job("t", 4000);
+    let outcomes = s
+        .create_jobs(&[
+            (&plain, None),
+            (&fresh, Some("k2")),
+            (&again_by_key, Some("k")),
+            (&other_spec, Some("k")),
+        ])
+        .await
+        .unwrap();
+    assert!(matches!(&outcomes[0], CreateOutcome::Existing(r) if **r == plain));
+    assert_eq!(outcomes[1], CreateOutcome::Created);
+    assert!(matches!(&outcomes[2], CreateOutcome::Existing(r) if r.id == first.id));
+    assert_eq!(outcomes[3], CreateOutcome::KeyReused);
+    assert_eq!(s.list_jobs(Some("t"), None, 10).await.unwrap().len(), 3);
+
     let newer = open(&db, 2).await.unwrap();
     let late = job("t", 3000);
     let err = s.create_jobs(&[(&late, None)]).await.unwrap_err();
