@@ -97,8 +97,20 @@ pub async fn run(kind: Kind, args: RunArgs) -> anyhow::Result<(Report, PathBuf)>
         stop_progress.clone(),
     );
 
-    let mut platform = reach_platform(kind, &args, &settings, &dir).await?;
-    let result = drive(&mut ctx, &mut report, &mut platform, kind, &args, &settings).await;
+    // Registered before any process starts, so a SIGINT or SIGTERM from here on stops what this
+    // run started instead of killing this process alone and leaving the platform running.
+    let interrupt = interrupted()?;
+    tokio::pin!(interrupt);
+    let mut platform = tokio::select! {
+        p = reach_platform(kind, &args, &settings, &dir) => p?,
+        why = &mut interrupt => bail!("interrupted by {why} while the platform was starting"),
+    };
+    let result = tokio::select! {
+        r = drive(&mut ctx, &mut report, &mut platform, kind, &args, &settings) => r,
+        why = &mut interrupt => Err(anyhow::anyhow!(
+            "interrupted by {why}: stopped the processes this run started; no report written"
+        )),
+    };
     ctx.phase("stopping");
     platform.stop().await;
     stop_progress.cancel();
@@ -113,6 +125,19 @@ pub async fn run(kind: Kind, args: RunArgs) -> anyhow::Result<(Report, PathBuf)>
     report.finished_at = Utc::now();
     write(&report, &dir)?;
     Ok((report, dir))
+}
+
+/// Resolves with the signal's name at the first SIGINT or SIGTERM.
+fn interrupted() -> anyhow::Result<impl std::future::Future<Output = &'static str>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => "SIGINT",
+            _ = term.recv() => "SIGTERM",
+        }
+    })
 }
 
 async fn reach_platform(

@@ -271,3 +271,115 @@ fn an_unreachable_platform_is_a_clear_error() {
     assert_ne!(o.code, Some(0));
     assert!(o.stderr.contains("platform is ready"), "{}", o.stderr);
 }
+
+/// A SIGTERM to the tool mid-run (a CI timeout, `kill`) stops the platform and the workers it
+/// started before it exits: none of them outlives it. (The default action of the signal would
+/// end the tool alone and leave them running.)
+#[test]
+fn a_signal_stops_every_process_the_run_started() {
+    use std::{
+        io::{BufRead, BufReader},
+        process::Stdio,
+        time::{Duration, Instant},
+    };
+
+    let out = tempfile::tempdir().unwrap();
+    let _cleanup = StopLeftovers(out.path().to_path_buf());
+    let bin = chronoshard();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_chronoshard-loadtest"))
+        .args(["spread", "--jobs", "3000", "--window", "60s"])
+        .args(["--create-rate", "100", "--out"])
+        .arg(out.path())
+        .arg("--chronoshard")
+        .arg(&bin)
+        .env("RUST_BACKTRACE", "0")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("chronoshard-loadtest runs");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    // By the create phase the platform, its nats-server and the no-op worker all run.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut seen = Vec::new();
+    while !seen
+        .last()
+        .is_some_and(|l: &String| l.contains("creating jobs"))
+    {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => seen.push(line),
+            Err(e) => panic!("no create phase ({e}): {seen:#?}"),
+        }
+    }
+    let running = processes_naming(out.path());
+    assert!(
+        running.len() >= 4,
+        "the tool, dev, nats-server and a worker: {running:#?}"
+    );
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running 90 s after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success(), "an interrupted run is not a success");
+    // The reader ends with the pipe, once the tool has exited.
+    let said: Vec<String> = lines.iter().collect();
+    assert!(
+        said.iter().any(|l| l.contains("interrupted by SIGTERM")),
+        "{said:#?}"
+    );
+    let left = processes_naming(out.path());
+    assert!(
+        left.is_empty(),
+        "still running after the tool exited: {left:#?}"
+    );
+}
+
+/// Pids and command lines of the live processes that name `dir` (every process a run starts is
+/// given a path inside its output directory).
+fn processes_naming(dir: &Path) -> Vec<(i32, String)> {
+    let needle = dir.to_string_lossy().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_string_lossy().parse().ok()?;
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            Some((pid, String::from_utf8_lossy(&cmd).replace('\0', " ")))
+        })
+        .filter(|(_, c)| c.contains(&needle))
+        .collect()
+}
+
+/// Stops whatever still names the directory when the test ends, so a failing run leaves no
+/// platform behind on the machine.
+struct StopLeftovers(PathBuf);
+
+impl Drop for StopLeftovers {
+    fn drop(&mut self) {
+        for (pid, _) in processes_naming(&self.0) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+    }
+}
