@@ -263,7 +263,7 @@ impl Dispatcher {
         let mut count_outbox = tokio::time::Instant::now();
         let mut open = true;
         loop {
-            let now = self.release_due();
+            self.release_due();
             while inflight.len() < window {
                 let Some(t) = self.queue.pop() else {
                     break;
@@ -272,8 +272,11 @@ impl Dispatcher {
                 inflight.push(fut);
             }
             self.report_backlog(inflight.len());
+            // To the microsecond: the time left in the current millisecond counts (see
+            // `Clock::now_us`); tokio's timer still rounds the wake-up up to its next millisecond.
             let release = self.held.next_at().map(|at| {
-                tokio::time::Instant::now() + Duration::from_millis((at - now).max(0) as u64)
+                let wait_us = at * 1000 - self.ctx.clock.now_us();
+                tokio::time::Instant::now() + Duration::from_micros(wait_us.max(0) as u64)
             });
             tokio::select! {
                 biased;
@@ -414,10 +417,10 @@ impl Dispatcher {
         }
     }
 
-    /// Moves held tickets that are due into the queue, dropping withdrawn ones; returns the time
-    /// it went by. The time is read under the withdrawal lock: a ticket is either withdrawn
-    /// before it is due or released, never both (`Handle::withdraw`).
-    fn release_due(&mut self) -> i64 {
+    /// Moves held tickets that are due into the queue, dropping withdrawn ones. The time is read
+    /// under the withdrawal lock: a ticket is either withdrawn before it is due or released,
+    /// never both (`Handle::withdraw`).
+    fn release_due(&mut self) {
         let withdrawn = self.withdrawn.clone();
         let withdrawn = withdrawn.lock();
         let now = self.ctx.clock.now_ms();
@@ -433,7 +436,6 @@ impl Dispatcher {
         for o in due {
             self.push(o);
         }
-        now
     }
 
     fn push(&mut self, o: Outgoing) {
