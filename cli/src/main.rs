@@ -13,7 +13,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(
     name = "chronoshard",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("CHRONOSHARD_COMMIT"), ")"),
     about = "Sharded job scheduling platform"
 )]
 struct Cli {

@@ -152,3 +152,28 @@ fn dev_without_a_recent_nats_server_says_how_to_install_one() {
         "{stderr}"
     );
 }
+
+/// `--version` names the commit the binary was built from, so a bug report or a benchmark
+/// figure says which code it is about.
+#[test]
+fn version_names_the_commit() {
+    let out = Command::new(env!("CARGO_BIN_EXE_chronoshard"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=7", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let want = match head {
+        Some(commit) => format!("chronoshard {} ({commit})", env!("CARGO_PKG_VERSION")),
+        // Built outside a git checkout.
+        None => format!("chronoshard {} (unknown commit)", env!("CARGO_PKG_VERSION")),
+    };
+    assert_eq!(version, want);
+}

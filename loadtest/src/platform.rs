@@ -57,6 +57,9 @@ pub struct Platform {
     pub token: String,
     pub nats_url: String,
     pub nats_version: String,
+    /// `chronoshard --version` of the binary this run started (it names the commit); empty for
+    /// a platform given with `--url`.
+    pub chronoshard_version: String,
     pub spawned: bool,
     pub shard_nodes: usize,
     dev: Option<Proc>,
@@ -74,6 +77,7 @@ impl Platform {
             token: token.to_string(),
             nats_url: nats_url.to_string(),
             nats_version: String::new(),
+            chronoshard_version: String::new(),
             spawned: false,
             shard_nodes: 0,
             dev: None,
@@ -131,6 +135,7 @@ impl Platform {
                 .trim_matches(|c| c == '(' || c == ')')
                 .trim_start_matches("nats-server ")
                 .to_string(),
+            chronoshard_version: binary_version(&opts.chronoshard).await,
             spawned: true,
             shard_nodes: opts.dev_nodes + opts.node_processes,
             dev: None,
@@ -344,6 +349,15 @@ async fn start(
 
 /// The `chronoshard` binary: the given path, else the one built next to this program, else the
 /// one on `PATH`.
+/// What `program --version` prints, or why it printed nothing.
+async fn binary_version(program: &Path) -> String {
+    match Command::new(program).arg("--version").output().await {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        Ok(o) => format!("unknown (`--version` exited with {})", o.status),
+        Err(e) => format!("unknown (`--version` did not run: {e})"),
+    }
+}
+
 pub fn find_chronoshard(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(p) = given {
         return Ok(p.to_path_buf());

@@ -211,6 +211,7 @@ async fn drive(
         url: platform.url.clone(),
         nats_url: platform.nats_url.clone(),
         nats_version: platform.nats_version.clone(),
+        chronoshard_version: platform.chronoshard_version.clone(),
         spawned: platform.spawned,
         shard_nodes: platform.shard_nodes,
         workers: s.workers,

@@ -103,6 +103,14 @@ fn spread_measures_every_phase_and_writes_both_reports() {
         ],
     );
     let r = ok(&o);
+    // The report names the binary it measured, commit included.
+    let version = r["platform"]["chronoshard_version"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        version.starts_with("chronoshard ") && version.ends_with(')'),
+        "{version:?}"
+    );
     assert_nothing_lost(r, 300);
     assert_eq!(r["scenario"], "spread");
     assert_eq!(r["create"]["created"], 300);

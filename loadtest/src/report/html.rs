@@ -102,6 +102,7 @@ fn header(o: &mut String, r: &Report) -> Result {
         ("platform url", esc(&p.url)),
         ("nats url", esc(&p.nats_url)),
         ("nats version", esc(&p.nats_version)),
+        ("chronoshard version", esc(&p.chronoshard_version)),
         ("spawned by this run", spawned.to_string()),
         ("shard nodes", p.shard_nodes.to_string()),
         ("workers", p.workers.to_string()),
@@ -625,7 +626,8 @@ mod tests {
             },
             platform: PlatformInfo {
                 url: "http://127.0.0.1:8080".into(), nats_url: "nats://127.0.0.1:4222".into(),
-                nats_version: "2.11.0".into(), spawned: true, shard_nodes: 3, workers: 4,
+                nats_version: "2.11.0".into(), chronoshard_version: "chronoshard 0.1.0 (abc1234)".into(),
+                spawned: true, shard_nodes: 3, workers: 4,
             },
             create: Some(CreateStats {
                 requested: 1000, created: 990, failed: 10, errors: vec![EVIL.into()],

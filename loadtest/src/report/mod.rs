@@ -73,6 +73,10 @@ pub struct PlatformInfo {
     pub nats_url: String,
     /// nats-server's version as its INFO reports it.
     pub nats_version: String,
+    /// `chronoshard --version` of the binary the run started (it names the commit); empty
+    /// when the run was given a platform.
+    #[serde(default)]
+    pub chronoshard_version: String,
     /// True when this run started the platform's processes itself.
     pub spawned: bool,
     pub shard_nodes: usize,

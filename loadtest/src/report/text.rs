@@ -19,6 +19,9 @@ pub fn summary(r: &Report, dir: &Path) -> String {
         "{} run {} ({} cpus, load {:.1} → {:.1})",
         r.scenario, r.run_id, r.machine.cpus, r.machine.load_start, r.machine.load_end
     );
+    if !r.platform.chronoshard_version.is_empty() {
+        let _ = writeln!(s, "  platform {}", r.platform.chronoshard_version);
+    }
     if let Some(c) = &r.create {
         let _ = writeln!(
             s,
