@@ -82,7 +82,7 @@ mod common;
 #[path = "fire/measure.rs"]
 mod measure;
 
-use common::{assign_all, cores, cpu_model, env_num, loadavg, output_path, Seed};
+use common::{assign_all, cores, cpu_model, env_num, finish, loadavg, Seed};
 use measure::{collect, fires_total, steady_rate, Percentiles};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -186,20 +186,8 @@ async fn run() -> Res<()> {
     }
     report["machine"]["load_average_after"] = loadavg().into();
     report["failures"] = failed.clone().into();
-    let path = output_path("bench-fire.json");
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
     println!("load average after: {}", loadavg());
-    println!("written: {}", path.display());
-    if !failed.is_empty() {
-        for f in &failed {
-            println!("FAILURE: {f}");
-        }
-        std::process::exit(1);
-    }
-    Ok(())
+    finish(&report, "bench-fire.json", &failed)
 }
 
 struct PhaseReport {

@@ -79,7 +79,7 @@ use tokio_util::sync::CancellationToken;
 
 mod common;
 
-use common::{assign_all, cores, cpu_model, env_num, loadavg, output_path, Seed};
+use common::{assign_all, cores, cpu_model, env_num, finish, loadavg, Seed};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -235,19 +235,7 @@ async fn run() -> Res<()> {
     report["runs"] = runs.into();
     report["failures"] = failures.clone().into();
     report["machine"]["load_average_after"] = loadavg().into();
-    let path = output_path("bench-scale.json");
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&path, serde_json::to_string_pretty(&report)? + "\n")?;
-    println!("written: {}", path.display());
-    if !failures.is_empty() {
-        for f in &failures {
-            println!("FAILURE: {f}");
-        }
-        std::process::exit(1);
-    }
-    Ok(())
+    finish(&report, "bench-scale.json", &failures)
 }
 
 /// One N: what seeding took and what the node process reported.

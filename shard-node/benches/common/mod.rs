@@ -140,6 +140,25 @@ pub(crate) fn output_path(file: &str) -> PathBuf {
     target.join(file)
 }
 
+/// Writes `report` as pretty JSON to `output_path(file)` and says where; then, when anything
+/// failed, prints each failure and ends the process with status 1 (a bench run is judged by its
+/// exit status as well as read).
+pub(crate) fn finish(report: &serde_json::Value, file: &str, failures: &[String]) -> Res<()> {
+    let path = output_path(file);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&path, serde_json::to_string_pretty(report)? + "\n")?;
+    println!("written: {}", path.display());
+    if !failures.is_empty() {
+        for f in failures {
+            println!("FAILURE: {f}");
+        }
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
 /// A number from the environment variable `name`, or `default` when it is not set.
 pub(crate) fn env_num<T: std::str::FromStr>(name: &str, default: T) -> Res<T> {
     match std::env::var(name) {
