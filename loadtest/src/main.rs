@@ -25,14 +25,9 @@ async fn main() -> anyhow::Result<()> {
         Command::NoopWorker(args) => {
             let shutdown = CancellationToken::new();
             let stop = shutdown.clone();
+            let interrupt = run::interrupted()?;
             tokio::spawn(async move {
-                let mut term =
-                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                        .expect("SIGTERM handler");
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
+                interrupt.await;
                 stop.cancel();
             });
             noop::run(args, shutdown).await

@@ -347,8 +347,6 @@ async fn start(
     ))
 }
 
-/// The `chronoshard` binary: the given path, else the one built next to this program, else the
-/// one on `PATH`.
 /// What `program --version` prints, or why it printed nothing.
 async fn binary_version(program: &Path) -> String {
     match Command::new(program).arg("--version").output().await {
@@ -358,6 +356,8 @@ async fn binary_version(program: &Path) -> String {
     }
 }
 
+/// The `chronoshard` binary: the given path, else the one built next to this program, else the
+/// one on `PATH`.
 pub fn find_chronoshard(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(p) = given {
         return Ok(p.to_path_buf());

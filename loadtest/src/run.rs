@@ -128,7 +128,7 @@ pub async fn run(kind: Kind, args: RunArgs) -> anyhow::Result<(Report, PathBuf)>
 }
 
 /// Resolves with the signal's name at the first SIGINT or SIGTERM.
-fn interrupted() -> anyhow::Result<impl std::future::Future<Output = &'static str>> {
+pub fn interrupted() -> anyhow::Result<impl std::future::Future<Output = &'static str>> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
     let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;

@@ -82,7 +82,7 @@ mod common;
 #[path = "fire/measure.rs"]
 mod measure;
 
-use common::{assign_all, cores, cpu_model, env_num, finish, loadavg, Seed};
+use common::{assign_all, cores, cpu_model, env_num, finish, loadavg, runtime, Seed};
 use measure::{collect, fires_total, steady_rate, Percentiles};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -101,15 +101,7 @@ const SEED: Seed = Seed {
 const POLL: Duration = Duration::from_millis(50);
 
 fn main() -> Res<()> {
-    if std::env::var_os("RUST_LOG").is_none() {
-        // The node's warnings (failed fires, publish retries) matter here; its info lines do not.
-        std::env::set_var("RUST_LOG", "warn");
-    }
-    chronoshard_telemetry::init_logging(false);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(run())
+    runtime()?.block_on(run())
 }
 
 #[derive(Clone, Debug)]

@@ -79,7 +79,7 @@ use tokio_util::sync::CancellationToken;
 
 mod common;
 
-use common::{assign_all, cores, cpu_model, env_num, finish, loadavg, Seed};
+use common::{assign_all, cores, cpu_model, env_num, finish, loadavg, runtime, Seed};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -97,13 +97,7 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(60);
 
 fn main() -> Res<()> {
     let began = Instant::now();
-    if std::env::var_os("RUST_LOG").is_none() {
-        std::env::set_var("RUST_LOG", "warn");
-    }
-    chronoshard_telemetry::init_logging(false);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let rt = runtime()?;
     match std::env::var(NODE_ENV) {
         Ok(params) => rt.block_on(node_process(serde_json::from_str(&params)?, began)),
         Err(_) => rt.block_on(run()),

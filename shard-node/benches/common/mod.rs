@@ -140,6 +140,18 @@ pub(crate) fn output_path(file: &str) -> PathBuf {
     target.join(file)
 }
 
+/// The bench's runtime, with the node's warnings (failed fires, publish retries) logged and its
+/// info lines not, unless `RUST_LOG` says otherwise.
+pub(crate) fn runtime() -> Res<tokio::runtime::Runtime> {
+    if std::env::var_os("RUST_LOG").is_none() {
+        std::env::set_var("RUST_LOG", "warn");
+    }
+    chronoshard_telemetry::init_logging(false);
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
 /// Writes `report` as pretty JSON to `output_path(file)` and says where; then, when anything
 /// failed, prints each failure and ends the process with status 1 (a bench run is judged by its
 /// exit status as well as read).

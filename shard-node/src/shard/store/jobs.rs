@@ -215,10 +215,10 @@ async fn create_in(
         insert_new(tx, chunk, &mut inserted).await?;
     }
     let mut outcomes = Vec::with_capacity(jobs.len());
-    for (i, (job, key)) in jobs.iter().enumerate() {
-        // An id repeated within the call was inserted by its first row only.
-        let first = jobs[..i].iter().all(|(j, _)| j.id != job.id);
-        if first && inserted.contains(&job.id) {
+    for (job, key) in jobs {
+        // Taken out as it is answered: an id repeated within the call was inserted by its first
+        // row only, and the repeat finds that row below.
+        if inserted.remove(&job.id) {
             outcomes.push(CreateOutcome::Created);
             continue;
         }
