@@ -10,8 +10,9 @@
 //! * `steady_1m/insert_expire`: a wheel holding ~1 M entries; one iteration inserts one entry
 //!   (deadline uniform within 5 min) and advances the clock by 0.15 ms, which at that arrival
 //!   rate expires one entry on average, so the population stays at 1 M.
-//! * `cancel_1m/random`: cancel one random live entry of a 1 M-entry wheel (re-filling is not
-//!   timed).
+//! * `cancel_1m/random`: cancel every entry of a 1 M-entry wheel, in random order, with time
+//!   standing still: a worst case for the wheel's record of pending cancels, which grows to 1 M.
+//!   One iteration is 1 M cancels.
 //!
 //! Runs are kept short for a 2-core machine (10 samples, a few seconds each):
 //! `CARGO_TARGET_DIR=/tmp/target-timer cargo bench -p chronoshard-timer`.
@@ -154,40 +155,37 @@ fn steady(c: &mut Criterion) {
 
 fn cancel(c: &mut Criterion) {
     let mut rng = Rng(3);
-    let mut wheel = TimerWheel::with_capacity(NOW, N);
-    let mut keys: Vec<TimerKey> = (0..N)
-        .map(|i| wheel.insert(NOW + rng.offset(HORIZON), i as u128))
-        .collect();
-    let mut batch = Vec::with_capacity(4096);
+    let offsets = uniform_offsets(4);
     let mut g = c.benchmark_group("cancel_1m");
     g.sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
         .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(4));
+        .measurement_time(Duration::from_secs(4))
+        .throughput(Throughput::Elements(N as u64));
     g.bench_function("random", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            let mut left = iters;
-            while left > 0 {
-                let n = left.min(4096);
-                left -= n;
-                batch.clear();
-                for _ in 0..n {
-                    let j = (rng.next() % keys.len() as u64) as usize;
-                    batch.push(keys.swap_remove(j));
+        b.iter_batched(
+            || {
+                let mut wheel = TimerWheel::with_capacity(NOW, N);
+                let mut keys: Vec<TimerKey> = offsets
+                    .iter()
+                    .enumerate()
+                    .map(|(i, off)| wheel.insert(NOW + off, i as u128))
+                    .collect();
+                // Fisher-Yates with the bench's own generator.
+                for i in (1..keys.len()).rev() {
+                    keys.swap(i, (rng.next() % (i as u64 + 1)) as usize);
                 }
-                let t0 = Instant::now();
-                for key in &batch {
+                (wheel, keys)
+            },
+            |(mut wheel, keys)| {
+                for key in &keys {
                     black_box(wheel.cancel(*key));
                 }
-                total += t0.elapsed();
-                // Refill (untimed) so the wheel stays at 1 M.
-                for _ in 0..n {
-                    let d = NOW + rng.offset(HORIZON);
-                    keys.push(wheel.insert(d, 0));
-                }
-            }
-            total
-        })
+                assert!(wheel.is_empty());
+                wheel // dropped outside the timed section
+            },
+            BatchSize::PerIteration,
+        )
     });
     g.finish();
 }

@@ -18,33 +18,32 @@
 //! * `next_deadline()` is **exact**: the smallest pending deadline, in O(1). It may be `<=
 //!   now()` when past-deadline entries are waiting; sleep until it, and don't sleep at all when it
 //!   is not in the future.
-//! * `TimerKey`s are never reused for a different insertion: cancelling an entry that fired or
-//!   was cancelled returns `None` even if its storage cell now holds another entry. The guard is
-//!   a 32-bit generation per cell, so in theory a key held across 2^32 reuses of the same cell
-//!   could match again; at one reuse per microsecond that is over an hour of reuses of one cell
-//!   while the stale key is kept, which the shard node never does.
+//! * `TimerKey`s are never reused: cancelling an entry that fired or was cancelled, or with a
+//!   key from another wheel, returns `false`. `cancel` does not hand the item back: the entry
+//!   is dropped later, when its slot is next processed.
 //!
 //! # Cost
 //!
-//! Insert, cancel and firing an entry are O(1); an entry is additionally moved (cascaded) at
-//! most once per level it descends through: up to 3 moves for a 5-minute horizon (level 3 spans
-//! 64^3 ms = 4.4 min). One caveat: cancelling, in deadline order, the earliest entries of a
-//! coarse (level >= 1) slot makes each cancel rescan that slot to keep `next_deadline` exact.
+//! Insert and firing an entry are O(1); cancel is O(1) but for a heap push of the cancelled key
+//! (O(log cancels pending), O(1) on average). An entry is additionally moved (cascaded) at most
+//! once per level it descends through: up to 3 moves for a 5-minute horizon (level 3 spans 64^3
+//! ms = 4.4 min). One caveat: cancelling, in deadline order, the earliest entries of a coarse
+//! (level >= 1) slot makes each cancel compact that slot to keep `next_deadline` exact.
 //!
-//! At 1 M entries the wheel is memory-bound, not compute-bound: each entry is touched at a
-//! scattered address on insert, on each cascade and on firing, and a cache miss costs far more
-//! than the bookkeeping. The layout choices (one slab, lanes walked interleaved, a free-index
-//! stack) are about overlapping those misses; `benches/wheel.rs` measures it.
+//! At 1 M entries a wheel is bound by memory traffic, not by its bookkeeping. Entries are
+//! stored by value in per-slot chunks, so that insert, cascade and firing read and write
+//! sequentially (see the docs of `slot.rs` and `benches/wheel.rs`).
 //!
 //! # Memory: bytes per entry
 //!
-//! Every pending entry is one slab entry: `size_of` is **48 bytes for `T = u128`** and 40 bytes
-//! for `T = (u64, u64)` (checked at compile time below and in tests). The slab `Vec` grows by
-//! doubling and never shrinks, so an unsized wheel can hold up to twice that per entry at its
-//! high-water mark; [`TimerWheel::with_capacity`] avoids that. A stack of free indices adds 4
-//! bytes per vacant entry. The fixed part is ~56 KB of slot heads and bitmaps per wheel.
+//! A pending entry is stored once, by value: `size_of` is **32 bytes for `T = u128`** and for
+//! `T = (u64, u64)` (deadline, sequence number, item; checked at compile time below and in
+//! tests). Beyond that a wheel holds at most one partly filled chunk (64 entries) per non-empty
+//! slot, and keeps the chunks of its high-water mark for reuse. A cancelled entry stays stored
+//! until its slot is next processed, and its key is remembered (about 32 bytes in a hash set and
+//! a heap) until its deadline passes: `a_million_entries_cost_under_40_bytes_each_all_told`
+//! measures 33 bytes per entry, everything included. The fixed part is ~34 KB of slot heads per wheel.
 
-mod slab;
 mod slot;
 mod wheel;
 
@@ -53,9 +52,9 @@ pub use wheel::{TimerKey, TimerWheel};
 /// Bytes one pending entry with payload `T` costs in a wheel (spare capacity and the free stack
 /// aside), so a user of the wheel can check its own payload against a budget at compile time.
 pub const fn entry_bytes<T>() -> usize {
-    slab::entry_bytes::<T>()
+    std::mem::size_of::<slot::Entry<T>>()
 }
 
 /// Bytes one pending entry costs for a 16-byte payload: the acceptance target is under 64.
-const _: () = assert!(slab::entry_bytes::<u128>() == 48);
-const _: () = assert!(slab::entry_bytes::<(u64, u64)>() == 40);
+const _: () = assert!(entry_bytes::<u128>() == 32);
+const _: () = assert!(entry_bytes::<(u64, u64)>() == 32);
