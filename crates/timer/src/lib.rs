@@ -20,7 +20,7 @@
 //!   is not in the future.
 //! * `TimerKey`s are never reused: cancelling an entry that fired or was cancelled, or with a
 //!   key from another wheel, returns `false`. `cancel` does not hand the item back: the entry
-//!   is dropped later, when its slot is next processed.
+//!   is dropped when its slot is next processed (at once if it was the slot's last live one).
 //!
 //! # Cost
 //!
@@ -39,10 +39,12 @@
 //! A pending entry is stored once, by value: `size_of` is **32 bytes for `T = u128`** and for
 //! `T = (u64, u64)` (deadline, sequence number, item; checked at compile time below and in
 //! tests). Beyond that a wheel holds at most one partly filled chunk (64 entries) per non-empty
-//! slot, and keeps the chunks of its high-water mark for reuse. A cancelled entry stays stored
-//! until its slot is next processed, and its key is remembered (about 32 bytes in a hash set and
-//! a heap) until its deadline passes: `a_million_entries_cost_under_40_bytes_each_all_told`
-//! measures 33 bytes per entry, everything included. The fixed part is ~34 KB of slot heads per wheel.
+//! slot, and keeps the chunks of its high-water mark for reuse:
+//! `a_million_entries_cost_under_40_bytes_each_all_told` measures 33 bytes per entry,
+//! everything included. Cancels cost more: a cancelled entry stays stored until its slot is
+//! next processed or compacted (a slot is compacted once its dead entries outnumber its live
+//! ones, so it stores at most about twice its live entries), and its key is remembered (about
+//! 32 bytes in a hash set and a heap) until an `advance` reaches its deadline. The fixed part is ~34 KB of slot heads per wheel.
 
 mod slot;
 mod wheel;

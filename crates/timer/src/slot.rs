@@ -23,7 +23,7 @@
 //! entry's sequence number to the wheel's cancelled set and counts it here as `dead`. Dead
 //! entries are dropped when their slot is cascaded, fired, compacted ([`Slot::compact`]) or
 //! cleared; only a slot with `dead > 0` pays a set lookup per entry. The set itself is the
-//! wheel's: it keeps a cancelled key's record until its deadline has passed.
+//! wheel's, and so is the decision when to compact.
 //!
 //! # Minimum
 //!
@@ -115,13 +115,13 @@ impl<T> Slot<T> {
     }
 
     /// Number of live entries.
-    #[cfg(test)]
+    #[inline]
     pub(crate) fn live(&self) -> u32 {
         self.live
     }
 
     /// Number of cancelled entries still stored.
-    #[cfg(test)]
+    #[inline]
     pub(crate) fn dead(&self) -> u32 {
         self.dead
     }

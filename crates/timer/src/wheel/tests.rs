@@ -1,5 +1,6 @@
-//! Unit tests of the wheel, with a white-box invariant checker (placement, list links, bitmaps,
-//! exact minimum of the earliest slot) run after every step of the randomized tests.
+//! Unit tests of the wheel, with a white-box invariant checker (placement, order and counts
+//! within slots, bitmaps, exact minimum of the earliest slot, cancel records) run after every
+//! step of the randomized tests.
 
 use super::*;
 use crate::slot::CHUNK;
@@ -55,6 +56,10 @@ impl<T> TimerWheel<T> {
                 (s.live(), s.dead()),
                 (live, dead),
                 "slot live and dead counts"
+            );
+            assert!(
+                dead <= live,
+                "a slot with more dead than live entries is compacted"
             );
             assert!(
                 live > 0 || s.chunks.is_empty(),
@@ -311,6 +316,31 @@ fn keys_stay_dead_and_belong_to_their_wheel() {
     assert!(!w.cancel(foreign));
     assert_eq!(w.len(), 1);
     assert!(w.cancel(n1));
+    w.check_invariants();
+}
+
+/// Cancel-and-insert churn into one slot far ahead (no cascade, no stale minimum to force a
+/// compaction) must not pile up dead entries; the records go once time passes the deadline.
+#[test]
+fn cancel_churn_keeps_a_slot_bounded_and_records_are_forgotten() {
+    let mut w = TimerWheel::new(NOW);
+    let far = NOW + YEAR_MS;
+    w.insert(far, 0u64);
+    for i in 1..10_000u64 {
+        let k = w.insert(far + 1, i);
+        assert!(w.cancel(k));
+    }
+    w.check_invariants();
+    let stored: usize = w
+        .levels
+        .iter()
+        .flat_map(|lv| lv.slots.iter())
+        .map(|s| s.chunks.iter().map(Vec::len).sum::<usize>())
+        .sum();
+    assert!(stored <= 2, "{stored} entries stored for 1 live");
+    assert_eq!(w.cancelled.len(), 9_999, "records wait for the deadline");
+    assert_eq!(drain(&mut w, far + 1), vec![(far, 0)]);
+    assert!(w.cancelled.is_empty() && w.forget.is_empty());
     w.check_invariants();
 }
 
