@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::{
     parse_uuid, rows_per_statement,
     tickets::{FireOutcome, FireRequest, Fired},
-    values_list, Result, Tx,
+    Params, Result, Tx,
 };
 use chronoshard_wire::{Overlap, Ticket};
 
@@ -72,12 +72,14 @@ pub(super) async fn fire_simple(
 async fn move_jobs(tx: &mut Tx, requests: &[FireRequest<'_>], now: i64) -> Result<HashSet<Uuid>> {
     let mut moved = HashSet::new();
     for chunk in requests.chunks(rows_per_statement(4)) {
+        let mut p = Params::new(tx);
         let sql = format!(
-            "UPDATE jobs SET next_fire_at = v.column2, state = v.column3, updated_at = $1 \
+            "UPDATE jobs SET next_fire_at = v.column2, state = v.column3, updated_at = {} \
              FROM (VALUES {}) AS v \
              WHERE jobs.id = v.column1 AND jobs.next_fire_at = v.column4 AND jobs.state = 'active' \
              RETURNING jobs.id",
-            values_list(chunk.len(), 4, 2)
+            p.one(),
+            p.rows(chunk.len(), 4)
         );
         let mut q = sqlx::query(&sql).bind(now);
         for r in chunk {
@@ -110,7 +112,7 @@ async fn insert_runs(
         let sql = format!(
             "INSERT INTO runs (job_id, scheduled_at, status, attempts, created_at, updated_at) \
              VALUES {} ON CONFLICT DO NOTHING RETURNING job_id, scheduled_at",
-            values_list(chunk.len(), 6, 1)
+            Params::new(tx).rows(chunk.len(), 6)
         );
         let mut q = sqlx::query(&sql);
         for (job, at) in chunk {
@@ -138,7 +140,7 @@ pub(super) async fn insert_tickets(tx: &mut Tx, tickets: &[Ticket], now: i64) ->
         let sql = format!(
             "INSERT INTO tickets (id, job_id, scheduled_at, item, status, attempt, epoch, queue, body, timeout_ms, created_at, updated_at) \
              VALUES {}",
-            values_list(chunk.len(), 12, 1)
+            Params::new(tx).rows(chunk.len(), 12)
         );
         let mut q = sqlx::query(&sql);
         for t in chunk {
@@ -159,7 +161,7 @@ pub(super) async fn insert_tickets(tx: &mut Tx, tickets: &[Ticket], now: i64) ->
         q.execute(&mut **tx).await?;
         let sql = format!(
             "INSERT INTO attempts (ticket_id, attempt, status, created_at, not_before) VALUES {}",
-            values_list(chunk.len(), 5, 1)
+            Params::new(tx).rows(chunk.len(), 5)
         );
         let mut q = sqlx::query(&sql);
         for t in chunk {

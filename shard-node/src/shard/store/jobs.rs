@@ -6,7 +6,7 @@ use chronoshard_wire::{JobSpec, JobState};
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::{parse_uuid, rows_per_statement, values_list, Result, Store, StoreError};
+use super::{parse_uuid, rows_per_statement, Params, Result, Store, StoreError};
 
 /// A job as stored: its spec, lifecycle state and next unfired occurrence.
 #[derive(Clone, Debug, PartialEq)]
@@ -102,16 +102,16 @@ impl Store {
         if ids.is_empty() {
             return Ok(HashMap::new());
         }
-        let params: Vec<String> = (1..=ids.len()).map(|i| format!("${i}")).collect();
+        let mut conn = self.pool.acquire().await?;
         let sql = format!(
             "SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({})",
-            params.join(", ")
+            Params::new(&conn).list(ids.len())
         );
         let mut q = sqlx::query(&sql);
         for id in ids {
             q = q.bind(id.to_string());
         }
-        q.fetch_all(&self.pool)
+        q.fetch_all(&mut *conn)
             .await?
             .iter()
             .map(|r| job_from_row(r).map(|j| (j.id, j)))
@@ -248,7 +248,7 @@ async fn insert_new(
     let sql = format!(
         "INSERT INTO jobs (id, tenant, spec, state, created_at, updated_at, anchor_at, next_fire_at, idempotency_key, priority) \
          VALUES {} ON CONFLICT DO NOTHING RETURNING id",
-        values_list(chunk.len(), INSERT_COLUMNS, 1)
+        Params::new(tx).rows(chunk.len(), INSERT_COLUMNS)
     );
     let mut q = sqlx::query(&sql);
     for (job, key) in chunk {

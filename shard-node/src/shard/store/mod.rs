@@ -5,8 +5,8 @@
 //! owner (every write transaction starts by checking the epoch in `shard_meta`).
 //!
 //! One set of queries serves both backends through sqlx's `Any` driver: placeholders are `$n`
-//! (SQLite reads them by number too), integers are 64-bit, and nothing backend-specific is used
-//! outside the two migration folders. It must not know about NATS, the wheel or the clock:
+//! (SQLite reads them by number too; statements built for many rows use [`Params`] instead),
+//! integers are 64-bit, and nothing backend-specific is used outside the two migration folders. It must not know about NATS, the wheel or the clock:
 //! callers pass `now`.
 
 mod bulk;
@@ -21,7 +21,7 @@ use std::path::PathBuf;
 
 use sqlx::{
     any::{AnyConnectOptions, AnyPoolOptions},
-    Any, AnyPool, Connection, Executor, Row, Transaction,
+    Any, AnyConnection, AnyPool, Connection, Database, Executor, Row, Sqlite, Transaction,
 };
 
 pub use jobs::{CreateOutcome, DueRow, JobRow};
@@ -241,10 +241,8 @@ impl Store {
     }
 }
 
-/// Parameters one multi-row statement binds at most. SQLite looks each `$n` up by a linear scan
-/// of the statement's parameters when sqlx binds it, so binding grows with the square of the
-/// parameters: a 256-row insert of 12 columns took 29 ms where 32-row ones took 12 ms for the
-/// same rows (`benches/results.rs` set-up). A few hundred keep binding below a round trip.
+/// Parameters one multi-row statement binds at most: a few hundred keep a statement's binding
+/// and its rows well below a round trip, and both backends far from their limits.
 const STATEMENT_PARAMS: usize = 480;
 
 /// Rows of `cols` columns per multi-row statement (see `STATEMENT_PARAMS`).
@@ -257,18 +255,53 @@ const fn rows_per_statement(cols: usize) -> usize {
     }
 }
 
-/// `($first, …), (…), …`: `rows` rows of `cols` numbered placeholders, for multi-row statements.
-fn values_list(rows: usize, cols: usize, first: usize) -> String {
-    (0..rows)
-        .map(|r| {
-            let row = (0..cols)
-                .map(|c| format!("${}", first + r * cols + c))
-                .collect::<Vec<_>>()
-                .join(", ");
-            format!("({row})")
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
+/// The placeholders of one statement built for many rows, handed out in the order they are
+/// written, which must be the order their values are bound: `$1, $2, …` on Postgres and
+/// anonymous `?` on SQLite.
+///
+/// Why not `$n` on SQLite too: SQLite treats `$n` as a named parameter, and sqlx binds each
+/// parameter after asking SQLite for its name, which SQLite finds by a linear scan of the
+/// statement's named parameters. Binding n of them is O(n²): a 480-parameter statement scans
+/// about 115,000 entries, and `sqlite3_bind_parameter_name` was 4% of `chronoshard dev`'s CPU
+/// while firing and applying results (perf, 2026-11-30). Anonymous `?`s have no name to look for,
+/// and sqlx numbers them in order. sqlx mis-numbers a statement that mixes the two kinds, so a
+/// statement takes all its placeholders from one `Params`.
+pub(super) struct Params {
+    anonymous: bool,
+    next: usize,
+}
+
+impl Params {
+    pub(super) fn new(conn: &AnyConnection) -> Params {
+        Params {
+            anonymous: conn.backend_name() == <Sqlite as Database>::NAME,
+            next: 1,
+        }
+    }
+
+    /// The next placeholder.
+    pub(super) fn one(&mut self) -> String {
+        let n = self.next;
+        self.next += 1;
+        if self.anonymous {
+            "?".to_string()
+        } else {
+            format!("${n}")
+        }
+    }
+
+    /// `n` placeholders separated by commas.
+    pub(super) fn list(&mut self, n: usize) -> String {
+        (0..n).map(|_| self.one()).collect::<Vec<_>>().join(", ")
+    }
+
+    /// `(…), (…), …`: `rows` rows of `cols` placeholders, for a multi-row `VALUES`.
+    pub(super) fn rows(&mut self, rows: usize, cols: usize) -> String {
+        (0..rows)
+            .map(|_| format!("({})", self.list(cols)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 fn parse_uuid(s: &str) -> Result<uuid::Uuid> {

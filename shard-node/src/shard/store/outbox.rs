@@ -6,7 +6,7 @@ use chronoshard_wire::Ticket;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::{parse_uuid, rows_per_statement, values_list, views::ticket_from_json, Result, Store};
+use super::{parse_uuid, rows_per_statement, views::ticket_from_json, Params, Result, Store};
 
 /// A ticket attempt to publish, with how often the lost-ticket sweep has sent it already.
 #[derive(Clone, Debug, PartialEq)]
@@ -51,12 +51,14 @@ impl Store {
         }
         let mut tx = self.write().await?;
         for chunk in acked.chunks(rows_per_statement(3)) {
-            let values = values_list(chunk.len(), 3, 2);
+            let mut p = Params::new(&tx);
             // VALUES columns are `column1..3` on both backends.
             let sql = format!(
-                "UPDATE attempts SET published_at = $1, publish_seq = v.column3 FROM (VALUES {values}) AS v \
+                "UPDATE attempts SET published_at = {}, publish_seq = v.column3 FROM (VALUES {}) AS v \
                  WHERE attempts.ticket_id = v.column1 AND attempts.attempt = v.column2 \
-                 AND attempts.published_at IS NULL"
+                 AND attempts.published_at IS NULL",
+                p.one(),
+                p.rows(chunk.len(), 3)
             );
             let mut q = sqlx::query(&sql).bind(now);
             for a in chunk {

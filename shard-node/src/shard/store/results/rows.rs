@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::super::{parse_uuid, rows_per_statement, values_list, Result, Tx};
+use super::super::{parse_uuid, rows_per_statement, Params, Result, Tx};
 
 /// Ids per `IN (…)` list.
 const ID_CHUNK: usize = 256;
@@ -87,7 +87,7 @@ pub(super) async fn read_tickets(tx: &mut Tx, ids: &[String]) -> Result<HashMap<
              FROM tickets t JOIN tickets i ON i.job_id = t.job_id AND i.scheduled_at = t.scheduled_at \
              LEFT JOIN runs r ON r.job_id = i.job_id AND r.scheduled_at = i.scheduled_at \
              LEFT JOIN jobs j ON j.id = i.job_id WHERE t.id IN ({})",
-            placeholders(chunk.len())
+            Params::new(tx).list(chunk.len())
         );
         let mut q = sqlx::query(&sql);
         for id in chunk {
@@ -131,7 +131,7 @@ pub(super) async fn read_attempts(
         let sql = format!(
             "SELECT ticket_id, attempt, status, published_at, started_at, finished_at, worker, error, \
              http_status, output, heartbeat_at FROM attempts WHERE ticket_id IN ({})",
-            placeholders(chunk.len())
+            Params::new(tx).list(chunk.len())
         );
         let mut q = sqlx::query(&sql);
         for id in chunk {
@@ -173,7 +173,7 @@ pub(super) async fn read_failures(
         let sql = format!(
             "SELECT t.id, t.attempt_base, t.body, t.checkpoint, j.spec, j.state FROM tickets t \
              LEFT JOIN jobs j ON j.id = t.job_id WHERE t.id IN ({})",
-            placeholders(chunk.len())
+            Params::new(tx).list(chunk.len())
         );
         let mut q = sqlx::query(&sql);
         for id in chunk {
@@ -207,7 +207,7 @@ pub(super) async fn insert_attempts(
             "INSERT INTO attempts (ticket_id, attempt, status, created_at, not_before, published_at, \
              started_at, finished_at, worker, error, http_status, output, heartbeat_at) VALUES {} \
              ON CONFLICT DO NOTHING",
-            values_list(chunk.len(), 13, 1)
+            Params::new(tx).rows(chunk.len(), 13)
         );
         let mut q = sqlx::query(&sql);
         for ((ticket, attempt), a) in chunk {
@@ -243,7 +243,7 @@ pub(super) async fn update_attempts(
              finished_at = v.column6, worker = v.column7, error = v.column8, http_status = v.column9, \
              output = v.column10, heartbeat_at = v.column11 FROM (VALUES {}) AS v \
              WHERE attempts.ticket_id = v.column1 AND attempts.attempt = v.column2",
-            values_list(chunk.len(), 11, 1)
+            Params::new(tx).rows(chunk.len(), 11)
         );
         let mut q = sqlx::query(&sql);
         for ((ticket, attempt), a) in chunk {
@@ -278,7 +278,7 @@ pub(super) async fn update_tickets(
              checkpoint = COALESCE(v.column4, tickets.checkpoint), dead_at = COALESCE(v.column5, tickets.dead_at), \
              body = COALESCE(v.column6, tickets.body), updated_at = COALESCE(v.column7, tickets.updated_at) \
              FROM (VALUES {}) AS v WHERE tickets.id = v.column1",
-            values_list(chunk.len(), 7, 1)
+            Params::new(tx).rows(chunk.len(), 7)
         );
         let mut q = sqlx::query(&sql);
         for (id, t) in chunk {
@@ -303,10 +303,12 @@ pub(super) async fn update_runs(
     now: i64,
 ) -> Result<()> {
     for chunk in rows.chunks(rows_per_statement(5)) {
+        let mut p = Params::new(tx);
         let sql = format!(
-            "UPDATE runs SET status = v.column3, attempts = v.column4, reason = v.column5, updated_at = $1 \
+            "UPDATE runs SET status = v.column3, attempts = v.column4, reason = v.column5, updated_at = {} \
              FROM (VALUES {}) AS v WHERE runs.job_id = v.column1 AND runs.scheduled_at = v.column2",
-            values_list(chunk.len(), 5, 2)
+            p.one(),
+            p.rows(chunk.len(), 5)
         );
         let mut q = sqlx::query(&sql).bind(now);
         for ((job, at), r) in chunk {
@@ -320,12 +322,4 @@ pub(super) async fn update_runs(
         q.execute(&mut **tx).await?;
     }
     Ok(())
-}
-
-/// `$1, $2, …, $n`.
-fn placeholders(n: usize) -> String {
-    (1..=n)
-        .map(|i| format!("${i}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
