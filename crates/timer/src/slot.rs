@@ -74,6 +74,7 @@ impl<T> Pool<T> {
         debug_assert!(chunk.is_empty());
         self.free.push(chunk);
     }
+
     /// Heap bytes the pool holds: its spare chunks and its own list.
     #[cfg(test)]
     pub(crate) fn heap_bytes(&self) -> usize {

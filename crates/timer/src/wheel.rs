@@ -392,29 +392,43 @@ impl<T> TimerWheel<T> {
     fn cascade(
         &mut self,
         mut chunks: Vec<Chunk<T>>,
-        mut dead: u32,
+        dead: u32,
         start: u64,
         out: &mut Vec<(u64, T)>,
     ) -> Vec<Chunk<T>> {
         debug_assert_eq!(self.now, start);
+        self.drain_live(&mut chunks, dead, |w, entry| {
+            if entry.deadline == start {
+                out.push((entry.deadline, entry.item));
+                w.len -= 1;
+            } else {
+                let level = level_for(start, entry.deadline);
+                let slot = slot_for(entry.deadline, level);
+                w.push(Loc::Wheel { level, slot }, entry);
+            }
+        });
+        chunks
+    }
+
+    /// Empties taken chunks into `each`, skipping the `dead` entries among them (only then is
+    /// the cancelled set consulted), and returns the chunks to the pool.
+    #[inline]
+    fn drain_live(
+        &mut self,
+        chunks: &mut Vec<Chunk<T>>,
+        mut dead: u32,
+        mut each: impl FnMut(&mut Self, Entry<T>),
+    ) {
         for mut chunk in chunks.drain(..) {
             for entry in chunk.drain(..) {
                 if dead > 0 && self.cancelled.contains(&entry.seq) {
                     dead -= 1;
                     continue;
                 }
-                if entry.deadline == start {
-                    out.push((entry.deadline, entry.item));
-                    self.len -= 1;
-                } else {
-                    let level = level_for(start, entry.deadline);
-                    let slot = slot_for(entry.deadline, level);
-                    self.push(Loc::Wheel { level, slot }, entry);
-                }
+                each(self, entry);
             }
             self.pool.put(chunk);
         }
-        chunks
     }
 
     /// Fires the overdue list. Its deadlines are all `<=` every wheel deadline but were
@@ -422,18 +436,11 @@ impl<T> TimerWheel<T> {
     /// insertion order).
     fn drain_overdue(&mut self, out: &mut Vec<(u64, T)>) {
         let first = out.len();
-        let (mut chunks, mut dead) = self.overdue.take();
-        for mut chunk in chunks.drain(..) {
-            for entry in chunk.drain(..) {
-                if dead > 0 && self.cancelled.contains(&entry.seq) {
-                    dead -= 1;
-                    continue;
-                }
-                out.push((entry.deadline, entry.item));
-                self.len -= 1;
-            }
-            self.pool.put(chunk);
-        }
+        let (mut chunks, dead) = self.overdue.take();
+        self.drain_live(&mut chunks, dead, |w, entry| {
+            out.push((entry.deadline, entry.item));
+            w.len -= 1;
+        });
         self.overdue.restore(chunks);
         let fired = &mut out[first..];
         if !fired.is_sorted_by_key(|e| e.0) {
