@@ -108,6 +108,10 @@ async fn killed_mid_run(dir: &Path) -> (Platform, Api, String) {
     );
     let job = api.create(&shell_job("long", &script, json!({}))).await;
     assert_eq!(file_text(&runs, "attempt 1 to start").await, "1\n");
+    // Killed once the shard knows the attempt started (the worker reports a start after the
+    // execution ran for its start-report delay): before that, another worker would simply run
+    // the attempt.
+    api.ticket_of_run(&job, "running").await;
     a.signal(Signal::SIGKILL);
     a.exited(LONG).await;
     let sleeper: i32 = file_text(&pid, "the pid").await.trim().parse().unwrap();

@@ -1,6 +1,6 @@
 //! Workers built with the SDK (`chronoshard_worker::Handlers`) against a dev platform: handlers
 //! by queue, a panicking handler, a permanent failure, checkpoints carried to the next attempt,
-//! malformed dispatch messages, and per-queue limits.
+//! malformed dispatch messages, per-queue limits, and which reports an execution sends.
 
 mod common;
 
@@ -248,6 +248,95 @@ async fn a_malformed_dispatch_message_is_dead_lettered_and_the_worker_stays_up()
         .await;
     api.newest_run_succeeded(&next).await;
     assert_eq!(ran.load(Ordering::SeqCst), 1, "only the real ticket ran");
+    stop.cancel();
+    p.stop().await.unwrap();
+}
+
+/// The reports on `chronoshard.results.>` about one ticket, in order, until its final one.
+async fn reports_of(
+    results: &mut async_nats::Subscriber,
+    seen: &mut Vec<chronoshard_wire::TicketResult>,
+    ticket_id: &str,
+) -> Vec<chronoshard_wire::TicketResult> {
+    use futures::StreamExt;
+    let is_final = |r: &chronoshard_wire::TicketResult| {
+        r.ticket_id.to_string() == ticket_id
+            && matches!(
+                r.kind,
+                chronoshard_wire::ResultKind::Succeeded | chronoshard_wire::ResultKind::Failed
+            )
+    };
+    while !seen.iter().any(is_final) {
+        let msg = tokio::time::timeout(LONG, results.next())
+            .await
+            .expect("the final report arrives in time")
+            .expect("subscription open");
+        seen.push(serde_json::from_slice(&msg.payload).expect("a report"));
+    }
+    seen.iter()
+        .filter(|r| r.ticket_id.to_string() == ticket_id)
+        .cloned()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_short_execution_is_reported_once_and_a_long_one_reports_its_start_first() {
+    use chronoshard_wire::ResultKind::{Started, Succeeded};
+    let dir = tempfile::tempdir().unwrap();
+    let p = platform_with(dir.path(), |o| o.workers = 0).await;
+    let api = Api::new(&p);
+    let nats = async_nats::connect(&p.nats_url).await.unwrap();
+    let mut results = nats.subscribe(names::RESULT_SUBJECTS).await.unwrap();
+    nats.flush().await.unwrap();
+    // The long handler holds until the test has seen its run `running`.
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let g = gate.clone();
+    let handlers = Handlers::new()
+        .queue("quick", |_job: Job| async { Ok(()) })
+        .queue("long", move |_job: Job| {
+            let g = g.clone();
+            async move {
+                let _pass = g.acquire().await;
+                Ok(())
+            }
+        });
+    let (stop, _) = sdk_worker(&p, dir.path(), "sdk-s", handlers).await;
+    let mut seen = Vec::new();
+
+    // Within the start-report delay: one report, the final one, carrying the start.
+    let quick = api.create(&job("quick", "quick", json!({}), 1)).await;
+    let t = api.ticket_of_run(&quick, "succeeded").await;
+    let reports = reports_of(&mut results, &mut seen, t["ticket_id"].as_str().unwrap()).await;
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert_eq!(reports[0].kind, Succeeded);
+    let started = reports[0]
+        .started_at
+        .expect("the final report carries the start");
+    assert!(started <= reports[0].at, "{reports:?}");
+    let a = &t["attempts"][0];
+    let shown: chrono::DateTime<chrono::Utc> = a["started_at"].as_str().unwrap().parse().unwrap();
+    assert_eq!(shown.timestamp_millis(), started.timestamp_millis(), "{t}");
+    assert!(a["started_at"].as_str() <= a["finished_at"].as_str(), "{t}");
+
+    // Longer: `started` once the delay is over (the run shows `running`), then the final result
+    // without a start of its own.
+    let long = api.create(&job("long", "long", json!({}), 1)).await;
+    let running = api.ticket_of_run(&long, "running").await;
+    let shard_start = running["attempts"][0]["started_at"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    gate.add_permits(1);
+    let t = api.ticket_of_run(&long, "succeeded").await;
+    let reports = reports_of(&mut results, &mut seen, t["ticket_id"].as_str().unwrap()).await;
+    let kinds: Vec<_> = reports.iter().map(|r| r.kind).collect();
+    assert_eq!(kinds, vec![Started, Succeeded], "{reports:?}");
+    assert!(
+        reports.iter().all(|r| r.started_at.is_none()),
+        "{reports:?}"
+    );
+    assert_eq!(t["attempts"][0]["started_at"], shard_start.as_str(), "{t}");
+
     stop.cancel();
     p.stop().await.unwrap();
 }

@@ -190,21 +190,7 @@ fn ordered(fired: &[(Uuid, Ticket)], order: Order) -> Vec<TicketResult> {
 }
 
 fn report(t: &Ticket, kind: ResultKind) -> TicketResult {
-    TicketResult {
-        v: PROTOCOL_VERSION,
-        ticket_id: t.ticket_id,
-        attempt: 1,
-        shard: 0,
-        kind,
-        worker: "bench-worker".into(),
-        at: from_millis(5_000),
-        error: None,
-        http_status: None,
-        delivery: None,
-        output: None,
-        permanent: false,
-        checkpoint: None,
-    }
+    TicketResult::about(t.ticket_id, 1, 0, kind, "bench-worker", from_millis(5_000))
 }
 
 fn ticket(job: &JobRow, at: i64) -> Ticket {

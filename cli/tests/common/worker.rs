@@ -58,21 +58,8 @@ impl HandWorker {
 
     /// Reports a result for the ticket's attempt, as a worker would.
     pub async fn report(&self, t: &Ticket, kind: ResultKind, error: Option<&str>) {
-        let r = TicketResult {
-            v: PROTOCOL_VERSION,
-            ticket_id: t.ticket_id,
-            attempt: t.attempt,
-            shard: t.shard,
-            kind,
-            worker: "hand".into(),
-            at: chrono::Utc::now(),
-            error: error.map(str::to_string),
-            http_status: None,
-            delivery: None,
-            output: None,
-            permanent: false,
-            checkpoint: None,
-        };
+        let mut r = TicketResult::new(t, kind, "hand", chrono::Utc::now());
+        r.error = error.map(str::to_string);
         let msg = jetstream::message::PublishMessage::build()
             .payload(serde_json::to_vec(&r).expect("json").into())
             .message_id(r.dedup_id());

@@ -132,6 +132,11 @@ pub struct TicketResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub checkpoint: Option<serde_json::Value>,
+    /// With `succeeded` or `failed` when the worker did not report `started` (an execution that
+    /// ended within its start-report delay): when the execution began, by the worker's clock.
+    /// The shard records it as the attempt's start when it has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<DateTime<Utc>>,
 }
 
 impl TicketResult {
@@ -163,6 +168,7 @@ impl TicketResult {
             output: None,
             permanent: false,
             checkpoint: None,
+            started_at: None,
         }
     }
 

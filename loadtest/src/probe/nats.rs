@@ -56,6 +56,9 @@ struct ResultHead {
     ticket_id: Uuid,
     attempt: u32,
     kind: String,
+    /// Set on a final result whose attempt's start was not reported on its own.
+    #[serde(default)]
+    started_at: Option<serde::de::IgnoredAny>,
 }
 
 /// Messages a subscriber dropped because it fell behind (nats-server's "slow consumer"): a
@@ -169,8 +172,11 @@ impl State {
             self.early.entry(r.ticket_id).or_default().push((r, at_us));
             return;
         };
+        // A worker reports a short execution's start inside its final result.
+        if r.kind == "started" || r.started_at.is_some() {
+            Counters::add(&counters.started, 1);
+        }
         match r.kind.as_str() {
-            "started" => Counters::add(&counters.started, 1),
             "succeeded" if self.done.insert((r.ticket_id, r.attempt)) => {
                 Counters::add(&counters.completed, 1);
                 if self.done_occ.insert(occ) {
@@ -188,7 +194,8 @@ impl State {
 }
 
 /// Records, until `stop`, every ticket published whose payload carries `"loadtest": run`, and
-/// the first `succeeded` result of each attempt (and counts `started` ones for the progress line).
+/// the first `succeeded` result of each attempt (and counts starts, reported alone or in a final
+/// result, for the progress line).
 ///
 /// One task only takes messages off the subscriptions and stamps them; another parses them.
 /// Parsing every ticket and result costs far more than taking one off a queue: done in the same

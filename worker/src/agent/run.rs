@@ -62,6 +62,7 @@ pub(super) async fn run_one(ctx: &Ctx, reg: &Registered, msg: Message) {
         };
         drop(msg);
         let delivery = &claim.delivery;
+        let mut unreported_start = None;
         let outcome = match plan(ctx, reg, &mut ticket, delivery).await {
             Plan::Run => {
                 if let Err(e) = ctx.journal.start(&ticket) {
@@ -75,7 +76,10 @@ pub(super) async fn run_one(ctx: &Ctx, reg: &Registered, msg: Message) {
                     return;
                 }
                 match execute(ctx, reg, &ticket, delivery).await {
-                    Some(o) => o,
+                    Some(ran) => {
+                        unreported_start = ran.unreported_start;
+                        ran.outcome
+                    }
                     None => return release(ctx, &ticket, delivery).await,
                 }
             }
@@ -92,7 +96,7 @@ pub(super) async fn run_one(ctx: &Ctx, reg: &Registered, msg: Message) {
         if let Err(e) = ctx.journal.finish(&ticket, &outcome) {
             warn!(error = %e, "outcome not journalled");
         }
-        if deliver(ctx, &ticket, &outcome, delivery).await {
+        if deliver(ctx, &ticket, &outcome, unreported_start, delivery).await {
             acknowledge(ctx, &ticket, delivery).await;
         }
     }
@@ -180,10 +184,17 @@ async fn release(ctx: &Ctx, ticket: &Ticket, delivery: &Delivery) {
 /// Gives up (false) after `DELIVER_PATIENCE`, or `STOP_GRACE` after the drain grace ran out:
 /// the journal keeps the outcome, so whoever gets the delivery again here sends it instead of
 /// running the work, and a restart sends it too.
-async fn deliver(ctx: &Ctx, ticket: &Ticket, outcome: &Outcome, delivery: &Delivery) -> bool {
-    let r = ctx
+async fn deliver(
+    ctx: &Ctx,
+    ticket: &Ticket,
+    outcome: &Outcome,
+    unreported_start: Option<chrono::DateTime<chrono::Utc>>,
+    delivery: &Delivery,
+) -> bool {
+    let mut r = ctx
         .reporter
         .final_report(ticket.ticket_id, ticket.attempt, ticket.shard, outcome);
+    r.started_at = unreported_start;
     let give_up = tokio::time::sleep(DELIVER_PATIENCE);
     tokio::pin!(give_up);
     // After the drain grace: a little longer, then stop.
@@ -255,19 +266,26 @@ fn read_ticket(msg: &Message) -> Result<Ticket, String> {
     Ok(t)
 }
 
-/// Runs the handler: reports `started`, acks progress (and reports it) every beat, stops it at
-/// its time limit. `None` when the worker's drain grace ran out first and the handler did not
-/// finish within the stop grace.
-async fn execute(
-    ctx: &Ctx,
-    reg: &Registered,
-    ticket: &Ticket,
-    delivery: &Delivery,
-) -> Option<Outcome> {
+/// An execution's end.
+struct Ran {
+    outcome: Outcome,
+    /// When it started, if that was not reported on its own: the final result carries it.
+    unreported_start: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// Runs the handler: reports `started` once it has run for the start-report delay, acks
+/// progress (and reports it) every beat, stops it at its time limit. `None` when the worker's
+/// drain grace ran out first and the handler did not finish within the stop grace.
+async fn execute(ctx: &Ctx, reg: &Registered, ticket: &Ticket, delivery: &Delivery) -> Option<Ran> {
     let handler = match reg.pick(ticket) {
         Ok(h) => h,
         // `plan` checked; a handler cannot disappear in between.
-        Err(why) => return Some(Outcome::failed(why)),
+        Err(why) => {
+            return Some(Ran {
+                outcome: Outcome::failed(why),
+                unreported_start: None,
+            })
+        }
     };
     let started = chrono::Utc::now();
     let late = (started - ticket.scheduled_at)
@@ -278,9 +296,26 @@ async fn execute(
     metrics::START_LATENESS_SECONDS
         .with_label_values(&[&ctx.queue])
         .observe(late);
-    let mut start = ctx.reporter.result(ticket, ResultKind::Started);
-    start.delivery = Some(delivery.delivered() as u64);
-    let _ = ctx.reporter.send(&start).await;
+    let mut start_report = Some(ctx.reporter.result(ticket, ResultKind::Started));
+    if let Some(r) = start_report.as_mut() {
+        r.delivery = Some(delivery.delivered() as u64);
+    }
+    // The start goes before any progress report, and before the handler runs when there is no
+    // delay. Not awaited: the final result follows on the same connection and subject, so it
+    // cannot overtake it.
+    let report_start = |pending: &mut Option<TicketResult>| {
+        let r = pending.take();
+        async move {
+            if let Some(r) = r {
+                let _ = ctx.reporter.send(&r).await;
+            }
+        }
+    };
+    if ctx.start_report_delay.is_zero() {
+        report_start(&mut start_report).await;
+    }
+    let start_delay = tokio::time::sleep(ctx.start_report_delay);
+    tokio::pin!(start_delay);
 
     let cancel = CancellationToken::new();
     let job = Job::new(ticket.clone(), cancel.clone(), ctx.reporter.clone());
@@ -317,7 +352,9 @@ async fn execute(
                     _ => return None,
                 }
             }
+            _ = &mut start_delay, if start_report.is_some() => report_start(&mut start_report).await,
             _ = beat.tick() => {
+                report_start(&mut start_report).await;
                 let _ = delivery.current().ack_with(AckKind::Progress).await;
                 // Not awaited: a lost progress report only shortens the watchdog's patience.
                 let _ = ctx.reporter.send(&ctx.reporter.progress(ticket)).await;
@@ -333,7 +370,10 @@ async fn execute(
             if outcome.ok { "succeeded" } else { "failed" },
         ])
         .inc();
-    Some(outcome)
+    Some(Ran {
+        outcome,
+        unreported_start: start_report.map(|_| started),
+    })
 }
 
 fn joined(done: Result<Outcome, tokio::task::JoinError>) -> Outcome {

@@ -152,6 +152,11 @@ impl Batch {
                     return Ok(());
                 };
                 a.finished_at = Some(at);
+                if a.started_at.is_none() {
+                    // A short execution is reported by its final result alone, which carries
+                    // its start (the worker's clock, like `finished_at`).
+                    a.started_at = r.started_at.map(|s| s.timestamp_millis());
+                }
                 a.status = r.kind.as_str().into();
                 a.worker = Some(r.worker.clone());
                 a.error = r.error.clone();

@@ -88,21 +88,9 @@ async fn fire(
 
 /// A worker's report on an attempt.
 fn report(t: &Ticket, attempt: u32, kind: ResultKind, at: i64) -> TicketResult {
-    TicketResult {
-        v: PROTOCOL_VERSION,
-        ticket_id: t.ticket_id,
-        attempt,
-        shard: 0,
-        kind,
-        worker: "w".into(),
-        at: from_millis(at),
-        error: (kind == ResultKind::Failed).then(|| format!("boom {attempt}")),
-        http_status: None,
-        delivery: None,
-        output: None,
-        permanent: false,
-        checkpoint: None,
-    }
+    let mut r = TicketResult::about(t.ticket_id, attempt, 0, kind, "w", from_millis(at));
+    r.error = (kind == ResultKind::Failed).then(|| format!("boom {attempt}"));
+    r
 }
 
 /// Fires one occurrence of `j` at `at` and returns its ticket.
@@ -286,19 +274,8 @@ async fn results_apply_once_and_move_the_run(db: TestDb) {
         .unwrap();
     assert!(s.unpublished(2000, 2000, 10).await.unwrap().is_empty());
     let result = |kind| TicketResult {
-        v: PROTOCOL_VERSION,
-        ticket_id: t.ticket_id,
-        attempt: 1,
-        shard: 0,
-        kind,
-        worker: "w".into(),
-        at: Utc::now(),
-        error: None,
         http_status: Some(200),
-        delivery: None,
-        output: None,
-        permanent: false,
-        checkpoint: None,
+        ..TicketResult::about(t.ticket_id, 1, 0, kind, "w", Utc::now())
     };
     assert_eq!(
         s.apply_results(&[result(ResultKind::Started)], 1002)

@@ -120,7 +120,8 @@ async fn apply_one(tx: &mut Tx, r: &TicketResult, now: i64, out: &mut Applied) -
             let status = r.kind.as_str();
             let n = sqlx::query(
                 "UPDATE attempts SET finished_at = $1, status = $2, worker = $3, error = $4, http_status = $5, \
-                 output = $6, published_at = COALESCE(published_at, $7) \
+                 output = $6, published_at = COALESCE(published_at, $7), \
+                 started_at = COALESCE(started_at, $10) \
                  WHERE ticket_id = $8 AND attempt = $9 AND finished_at IS NULL",
             )
             .bind(at)
@@ -132,6 +133,7 @@ async fn apply_one(tx: &mut Tx, r: &TicketResult, now: i64, out: &mut Applied) -
             .bind(now)
             .bind(&tid)
             .bind(r.attempt as i64)
+            .bind(r.started_at.map(|s| s.timestamp_millis()))
             .execute(&mut **tx)
             .await?
             .rows_affected();

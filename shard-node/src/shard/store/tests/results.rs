@@ -233,6 +233,37 @@ async fn a_late_started_after_succeeded_records_only_the_start_time(db: TestDb) 
     assert_eq!(view.status, RunStatus::Succeeded);
 }
 
+async fn a_final_result_carrying_the_start_records_it_only_when_none_was_reported(db: TestDb) {
+    let tw = Twins::open(&db).await;
+    let j = job("t", 1000);
+    // a short execution: its final result alone, with the start by the worker's clock
+    let t = tw.fire(&j, 1000, 1).await.remove(0);
+    let mut done = report(&t, 1, ResultKind::Succeeded, 1200);
+    done.started_at = Some(from_millis(1150));
+    let a = tw.apply(&[done], 1300).await;
+    assert_eq!(a.follow_ups, vec![FollowUp::RunEnded { job: j.id }]);
+    let view = tw.s.ticket(t.ticket_id).await.unwrap().unwrap();
+    let at = &view.attempts[0];
+    assert_eq!(
+        (view.status, at.started_at, at.finished_at),
+        (
+            RunStatus::Succeeded,
+            Some(from_millis(1150)),
+            Some(from_millis(1200))
+        )
+    );
+    // a start already recorded (the shard's time) is kept; a failure carries it the same way
+    let k = job("u", 1000);
+    let u = tw.fire(&k, 1000, 1).await.remove(0);
+    tw.apply(&[report(&u, 1, ResultKind::Started, 1100)], 1110)
+        .await;
+    let mut failed = report(&u, 1, ResultKind::Failed, 1200);
+    failed.started_at = Some(from_millis(1090));
+    tw.apply(&[failed], 1300).await;
+    let view = tw.s.ticket(u.ticket_id).await.unwrap().unwrap();
+    assert_eq!(view.attempts[0].started_at, Some(from_millis(1110)));
+}
+
 async fn a_failure_with_retry_in_a_batch_of_successes(db: TestDb) {
     let tw = Twins::open(&db).await;
     let a = with_retry(job("t", 1000), 3, Backoff::Fixed);
@@ -493,6 +524,7 @@ store_tests!(
     duplicates_in_one_batch_apply_once,
     a_result_for_an_unknown_ticket_changes_nothing,
     a_late_started_after_succeeded_records_only_the_start_time,
+    a_final_result_carrying_the_start_records_it_only_when_none_was_reported,
     a_failure_with_retry_in_a_batch_of_successes,
     a_sharded_occurrence_whose_items_finish_in_one_batch,
     the_shard_loop_gets_only_follow_ups_with_something_to_do,
