@@ -8,7 +8,10 @@
 //! for a delivery of an attempt it holds: do not run it again (started, never finished: the
 //! worker died during it), or send the stored result (finished). It owns only this file; it
 //! never talks to NATS and decides nothing about retries. Lines are written to the OS at once but
-//! not fsynced: the journal survives a process crash, not a power cut.
+//! not fsynced: the journal survives a process crash, not a power cut. `reported` lines are the
+//! exception: they only let the journal forget, so they go with the next line written (or when
+//! the journal closes), which saves a write per ticket; a crash that loses them makes the
+//! restarted worker send those results again, and the shard applies a result once.
 
 use std::{
     collections::HashMap,
@@ -139,8 +142,13 @@ struct Inner {
     lines: usize,
     /// The last write failed part-way: the next line starts on a line of its own.
     cut: bool,
+    /// `reported` lines not written yet (see the module doc).
+    deferred: Vec<u8>,
     _lock: Flock<File>,
 }
+
+/// The most bytes of `reported` lines held back before they are written on their own.
+const DEFERRED_MAX: usize = 64 * 1024;
 
 impl Journal {
     /// Opens (or creates) the journal at `path`, holding a lock beside it so two workers cannot
@@ -192,6 +200,7 @@ impl Journal {
             entries,
             lines: 0,
             cut: false,
+            deferred: Vec::new(),
             _lock: lock,
         };
         inner.compact(Utc::now().timestamp_millis())?;
@@ -304,20 +313,29 @@ impl Inner {
     }
 
     fn append(&mut self, r: Record) -> Result<(), JournalError> {
-        let mut line = Vec::with_capacity(256);
-        // After a write that failed part-way the file ends in a cut line; a newline first keeps
-        // this one whole (`open` skips the cut one).
-        if self.cut {
-            line.push(b'\n');
+        if r.state == State::Reported && self.deferred.len() < DEFERRED_MAX {
+            serde_json::to_writer(&mut self.deferred, &r).expect("journal record serialises");
+            self.deferred.push(b'\n');
+        } else {
+            let mut out = Vec::with_capacity(256 + self.deferred.len());
+            // After a write that failed part-way the file ends in a cut line; a newline first
+            // keeps this one whole (`open` skips the cut one).
+            if self.cut {
+                out.push(b'\n');
+            }
+            let deferred = out.len();
+            out.append(&mut self.deferred);
+            let line = out.len();
+            serde_json::to_writer(&mut out, &r).expect("journal record serialises");
+            out.push(b'\n');
+            // One write: a crash leaves at most the last line cut, which `open` skips.
+            if let Err(e) = self.file.write_all(&out) {
+                self.cut = true;
+                self.deferred = out[deferred..line].to_vec();
+                return Err(self.io()(e));
+            }
+            self.cut = false;
         }
-        serde_json::to_writer(&mut line, &r).expect("journal record serialises");
-        line.push(b'\n');
-        // One write per line: a crash leaves at most the last line cut, which `open` skips.
-        if let Err(e) = self.file.write_all(&line) {
-            self.cut = true;
-            return Err(self.io()(e));
-        }
-        self.cut = false;
         if matches!(r.state, State::Released | State::Reported) {
             self.entries.remove(&(r.ticket_id, r.attempt));
         } else {
@@ -352,7 +370,24 @@ impl Inner {
             .map_err(self.io())?;
         self.lines = self.entries.len();
         self.cut = false;
+        // What they said is in the entries now.
+        self.deferred.clear();
         Ok(())
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if self.deferred.is_empty() {
+            return;
+        }
+        let mut out = Vec::with_capacity(1 + self.deferred.len());
+        if self.cut {
+            out.push(b'\n');
+        }
+        out.append(&mut self.deferred);
+        // Nothing to report to: a lost `reported` line only makes a result be sent again.
+        let _ = self.file.write_all(&out);
     }
 }
 
@@ -403,6 +438,37 @@ mod tests {
         let mut next = b.clone();
         next.attempt = 2;
         assert_eq!(j.begin(&next).unwrap(), Seen::New);
+    }
+
+    #[test]
+    fn reported_lines_ride_with_the_next_write_and_a_lost_one_only_resends() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.journal");
+        let lines = || std::fs::read_to_string(&path).unwrap().lines().count();
+        let (a, b, c) = (ticket(1), ticket(1), ticket(1));
+        let j = Journal::open(&path).unwrap();
+        j.begin(&a).unwrap();
+        j.finish(&a, &Outcome::succeeded()).unwrap();
+        j.reported(a.ticket_id, 1).unwrap();
+        assert_eq!(lines(), 2, "held back");
+        assert_eq!(j.seen(&a), Seen::New, "forgotten at once all the same");
+        j.begin(&b).unwrap();
+        assert_eq!(lines(), 4, "written with the next line");
+        j.finish(&b, &Outcome::succeeded()).unwrap();
+        j.reported(b.ticket_id, 1).unwrap();
+        drop(j);
+        assert_eq!(lines(), 6, "written when the journal closes");
+        let j = Journal::open(&path).unwrap();
+        assert!(j.unreported().is_empty());
+        // A crash loses what was held back: the result is sent again after the restart.
+        j.begin(&c).unwrap();
+        j.finish(&c, &Outcome::succeeded()).unwrap();
+        j.reported(c.ticket_id, 1).unwrap();
+        j.inner.lock().unwrap().deferred.clear();
+        drop(j);
+        let j = Journal::open(&path).unwrap();
+        assert_eq!(j.seen(&c), Seen::Finished(Outcome::succeeded()));
+        assert_eq!(j.unreported().len(), 1);
     }
 
     #[test]

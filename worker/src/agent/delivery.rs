@@ -11,12 +11,13 @@ use async_nats::jetstream::Message;
 use chronoshard_wire::Ticket;
 use uuid::Uuid;
 
-/// The delivery a running attempt acknowledges: the newest one JetStream made.
+/// The delivery a running attempt acknowledges: the newest one JetStream made. Shared, not
+/// copied: a message clone copies its headers, and an attempt acks several times.
 #[derive(Clone)]
-pub struct Delivery(Arc<Mutex<Message>>);
+pub struct Delivery(Arc<Mutex<Arc<Message>>>);
 
 impl Delivery {
-    pub fn current(&self) -> Message {
+    pub fn current(&self) -> Arc<Message> {
         self.0.lock().expect("delivery lock").clone()
     }
 
@@ -49,7 +50,7 @@ impl Drop for Claim {
 impl Running {
     /// Claims the attempt for this delivery; `None` when it already runs here, which now
     /// answers to this delivery.
-    pub fn claim(&self, t: &Ticket, msg: &Message) -> Option<Claim> {
+    pub fn claim(&self, t: &Ticket, msg: &Arc<Message>) -> Option<Claim> {
         let key = (t.ticket_id, t.attempt);
         let mut map = self.0.lock().expect("running lock");
         if let Some(d) = map.get(&key) {

@@ -55,6 +55,7 @@ pub(super) async fn run_one(ctx: &Ctx, reg: &Registered, msg: Message) {
     let span =
         tracing::info_span!("ticket", ticket_id = %ticket.ticket_id, attempt = ticket.attempt);
     async {
+        let msg = std::sync::Arc::new(msg);
         let Some(claim) = ctx.running.claim(&ticket, &msg) else {
             info!("delivered again while running here: the running task answers it");
             let _ = msg.ack_with(AckKind::Progress).await;
