@@ -68,11 +68,11 @@ impl ControlPlane {
             })
             .await?;
         let addr = listener.local_addr()?;
-        let state = api::AppState {
+        let state = api::AppState::new(api::Shared {
             router: routing::Router::new(nats.data, config.shard_count),
             cluster: cluster.clone(),
             admin_token: Arc::from(opts.admin_token.as_str()),
-        };
+        });
         let assigner = tokio::spawn(assign::run(
             membership,
             config.shard_count,
