@@ -54,6 +54,12 @@ pub struct WorkerArgs {
     #[arg(long, env = "CHRONOSHARD_DRAIN_GRACE", default_value = "10s",
           value_parser = parse_duration)]
     pub drain_grace: Duration,
+    /// An execution that ends within this time is reported by its final result alone; a longer
+    /// one reports `started` when it is over (so its run shows `running`). `0s` reports every
+    /// start at once.
+    #[arg(long, env = "CHRONOSHARD_START_REPORT_DELAY", default_value = "100ms",
+          value_parser = parse_duration)]
+    pub start_report_delay: Duration,
     /// HTTP targets allowed although private, loopback or link-local: a CIDR block
     /// (`10.1.0.0/16`), an address, or a host name. Repeat the flag for more.
     #[arg(
@@ -110,6 +116,8 @@ pub struct WorkerFile {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drain_grace: Option<Dur>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_report_delay: Option<Dur>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub http_allow: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shell: Option<bool>,
@@ -136,6 +144,7 @@ impl WorkerFile {
             ("concurrency", one(&self.concurrency)),
             ("rate", one(&self.rate)),
             ("drain_grace", one(&self.drain_grace)),
+            ("start_report_delay", one(&self.start_report_delay)),
             ("http_allow", self.http_allow.clone()),
             ("shell", one(&self.shell)),
             ("shell_allow", self.shell_allow.clone()),
@@ -155,6 +164,7 @@ impl WorkerFile {
             concurrency: Some(a.concurrency),
             rate: a.rate,
             drain_grace: Some(Dur(a.drain_grace)),
+            start_report_delay: Some(Dur(a.start_report_delay)),
             http_allow: Some(a.http_allow.clone()),
             shell: Some(a.shell),
             shell_allow: Some(a.shell_allow.clone()),
@@ -170,6 +180,7 @@ impl WorkerArgs {
     pub fn options(&self) -> anyhow::Result<Options> {
         let mut opts = Options::new(&self.id, &self.data);
         opts.drain_grace = self.drain_grace;
+        opts.start_report_delay = self.start_report_delay;
         if self.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
             anyhow::bail!("--rate must be a positive number of tickets per second");
         }

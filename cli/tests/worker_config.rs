@@ -32,7 +32,7 @@ fn the_file_sets_defaults_that_variables_and_flags_override() {
     let file = dir.path().join("worker.toml");
     std::fs::write(
         &file,
-        "id = \"w-file\"\nconcurrency = 8\ndrain_grace = \"30s\"\nshell = true\n\
+        "id = \"w-file\"\nconcurrency = 8\ndrain_grace = \"30s\"\nstart_report_delay = \"0s\"\nshell = true\n\
          shell_allow = [\"echo\", \"sh\"]\nhttp_allow = [\"10.0.0.0/8\"]\n",
     )
     .unwrap();
@@ -42,11 +42,14 @@ fn the_file_sets_defaults_that_variables_and_flags_override() {
     assert_eq!(t["id"].as_str(), Some("w-file"));
     assert_eq!(t["concurrency"].as_integer(), Some(8));
     assert_eq!(t["drain_grace"].as_str(), Some("30s"));
+    assert_eq!(t["start_report_delay"].as_str(), Some("0s"));
     assert_eq!(t["shell"].as_bool(), Some(true));
     assert_eq!(t["shell_allow"], toml::Value::from(vec!["echo", "sh"]));
     assert_eq!(t["http_allow"], toml::Value::from(vec!["10.0.0.0/8"]));
     // Not in the file: the built-in default.
     assert_eq!(t["nats"].as_str(), Some("nats://127.0.0.1:4222"));
+    let t0 = dumped(&worker(&["--id", "w", "--dump-config"], &[]));
+    assert_eq!(t0["start_report_delay"].as_str(), Some("100ms"));
 
     let env = [
         ("CHRONOSHARD_WORKER_CONCURRENCY", "9"),
@@ -83,6 +86,10 @@ fn bad_settings_are_refused_with_the_key_named() {
         ("idd = \"x\"\n", "unknown field `idd`"),
         ("id = \"w\"\nconcurrency = \"many\"\n", "expected u32"),
         ("id = \"w\"\ndrain_grace = \"soon\"\n", "drain_grace"),
+        (
+            "id = \"w\"\nstart_report_delay = \"-1s\"\n",
+            "start_report_delay",
+        ),
         ("id = \"w\"\nconcurrency = 0\n", "concurrency"),
     ];
     for (text, says) in cases {
