@@ -1,5 +1,6 @@
 //! The `chronoshard dev` binary as a user runs it: it prints where it is, answers, and stops every
-//! part (the nats-server child included) on SIGINT or SIGTERM.
+//! part (the nats-server child included) on SIGINT or SIGTERM, and leaves no nats-server behind
+//! when it is killed.
 
 use std::{
     io::{BufRead, BufReader},
@@ -89,6 +90,24 @@ fn stop(mut s: Started, signal: &str) {
         std::net::TcpStream::connect(&s.nats_addr).is_err(),
         "nats-server still listening after {signal}"
     );
+}
+
+#[test]
+fn a_dev_killed_with_sigkill_leaves_no_nats_server_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = start(dir.path());
+    assert!(std::net::TcpStream::connect(&s.nats_addr).is_ok());
+    s.child.kill().unwrap();
+    s.child.wait().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(&s.nats_addr).is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nats-server still listening 30 s after dev was killed"
+        );
+        // polling the server's exit with a deadline
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

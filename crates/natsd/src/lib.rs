@@ -150,7 +150,7 @@ impl Server {
             opts.port
         };
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        let child = Command::new(&binary.path)
+        let child = command(&binary.path)
             .args([
                 "-js",
                 "-a",
@@ -239,6 +239,24 @@ impl Server {
 
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().and_then(|c| c.id())
+    }
+}
+
+/// The command that starts `binary`, under `setpriv --pdeathsig TERM` where the system has it
+/// (util-linux, on every Debian): the kernel then stops the server when its parent goes, even by
+/// SIGKILL, which `kill_on_drop` cannot see, so a killed `chronoshard dev` leaves no nats-server
+/// behind. setpriv execs the server, so the child's pid is the server's. Linux ties the
+/// parent-death signal to the thread that spawned the child, not the process: start the server
+/// from a thread that lives as long as it should (a runtime's own threads do; a blocking-pool
+/// thread, which ends when idle, does not).
+fn command(binary: &Path) -> Command {
+    match which("setpriv") {
+        Some(setpriv) => {
+            let mut c = Command::new(setpriv);
+            c.args(["--pdeathsig", "TERM", "--"]).arg(binary);
+            c
+        }
+        None => Command::new(binary),
     }
 }
 
