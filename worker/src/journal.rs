@@ -317,14 +317,8 @@ impl Inner {
             serde_json::to_writer(&mut self.deferred, &r).expect("journal record serialises");
             self.deferred.push(b'\n');
         } else {
-            let mut out = Vec::with_capacity(256 + self.deferred.len());
-            // After a write that failed part-way the file ends in a cut line; a newline first
-            // keeps this one whole (`open` skips the cut one).
-            if self.cut {
-                out.push(b'\n');
-            }
-            let deferred = out.len();
-            out.append(&mut self.deferred);
+            let deferred = usize::from(self.cut);
+            let mut out = self.take_pending(256);
             let line = out.len();
             serde_json::to_writer(&mut out, &r).expect("journal record serialises");
             out.push(b'\n');
@@ -346,6 +340,18 @@ impl Inner {
             self.compact(Utc::now().timestamp_millis())?;
         }
         Ok(())
+    }
+
+    /// What the next write starts with, taken: after a write that failed part-way the file
+    /// ends in a cut line, so a newline first keeps the next one whole (`open` skips the cut
+    /// one); then the held-back `reported` lines. `room` is for what the caller adds.
+    fn take_pending(&mut self, room: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(1 + self.deferred.len() + room);
+        if self.cut {
+            out.push(b'\n');
+        }
+        out.append(&mut self.deferred);
+        out
     }
 
     /// Forgets what no delivery can ask about any more and rewrites the file with the rest
@@ -381,11 +387,7 @@ impl Drop for Inner {
         if self.deferred.is_empty() {
             return;
         }
-        let mut out = Vec::with_capacity(1 + self.deferred.len());
-        if self.cut {
-            out.push(b'\n');
-        }
-        out.append(&mut self.deferred);
+        let out = self.take_pending(0);
         // Nothing to report to: a lost `reported` line only makes a result be sent again.
         let _ = self.file.write_all(&out);
     }

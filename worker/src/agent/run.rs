@@ -297,23 +297,27 @@ async fn execute(ctx: &Ctx, reg: &Registered, ticket: &Ticket, delivery: &Delive
     metrics::START_LATENESS_SECONDS
         .with_label_values(&[&ctx.queue])
         .observe(late);
-    let mut start_report = Some(ctx.reporter.result(ticket, ResultKind::Started));
-    if let Some(r) = start_report.as_mut() {
-        r.delivery = Some(delivery.delivered() as u64);
-    }
-    // The start goes before any progress report, and before the handler runs when there is no
-    // delay. Not awaited: the final result follows on the same connection and subject, so it
-    // cannot overtake it.
-    let report_start = |pending: &mut Option<TicketResult>| {
-        let r = pending.take();
+    // Built only when sent: most executions end before the delay. It goes before any progress
+    // report, and before the handler runs when there is no delay. Not awaited: the final result
+    // follows on the same connection and subject, so it cannot overtake it.
+    let mut start_unreported = true;
+    let report_start = |unreported: &mut bool| {
+        let send = std::mem::take(unreported);
         async move {
-            if let Some(r) = r {
+            if send {
+                let mut r = TicketResult::new(
+                    ticket,
+                    ResultKind::Started,
+                    ctx.reporter.worker_id(),
+                    started,
+                );
+                r.delivery = Some(delivery.delivered() as u64);
                 let _ = ctx.reporter.send(&r).await;
             }
         }
     };
     if ctx.start_report_delay.is_zero() {
-        report_start(&mut start_report).await;
+        report_start(&mut start_unreported).await;
     }
     let start_delay = tokio::time::sleep(ctx.start_report_delay);
     tokio::pin!(start_delay);
@@ -353,9 +357,9 @@ async fn execute(ctx: &Ctx, reg: &Registered, ticket: &Ticket, delivery: &Delive
                     _ => return None,
                 }
             }
-            _ = &mut start_delay, if start_report.is_some() => report_start(&mut start_report).await,
+            _ = &mut start_delay, if start_unreported => report_start(&mut start_unreported).await,
             _ = beat.tick() => {
-                report_start(&mut start_report).await;
+                report_start(&mut start_unreported).await;
                 let _ = delivery.current().ack_with(AckKind::Progress).await;
                 // Not awaited: a lost progress report only shortens the watchdog's patience.
                 let _ = ctx.reporter.send(&ctx.reporter.progress(ticket)).await;
@@ -373,7 +377,7 @@ async fn execute(ctx: &Ctx, reg: &Registered, ticket: &Ticket, delivery: &Delive
         .inc();
     Some(Ran {
         outcome,
-        unreported_start: start_report.map(|_| started),
+        unreported_start: start_unreported.then_some(started),
     })
 }
 
