@@ -63,13 +63,11 @@ impl ControlPlane {
         let cluster = Cluster::connect(nats.data.clone()).await?;
         let membership = Cluster::connect(nats.membership).await?;
         let config = cluster
-            .init_config(&ClusterConfig {
-                shard_count: opts.shard_count,
-            })
+            .init_config(&ClusterConfig::new(opts.shard_count))
             .await?;
         let addr = listener.local_addr()?;
         let state = api::AppState::new(api::Shared {
-            router: routing::Router::new(nats.data, config.shard_count),
+            router: routing::Router::new(nats.data, config.shard_count, config.job_ids),
             cluster: cluster.clone(),
             admin_token: Arc::from(opts.admin_token.as_str()),
         });

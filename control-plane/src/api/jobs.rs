@@ -9,12 +9,14 @@ use axum::{
 use chrono::{DateTime, Utc};
 use chronoshard_wire::{
     job::check_token,
-    rpc::{ShardReply, ShardRequest},
+    rpc::{JobIds, ShardReply, ShardRequest},
     Job, JobPatch, JobSpec, RunView, TicketView,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
+
+use crate::routing::mint_job_id;
 
 use super::{
     body::{JsonBody, Params, PathId},
@@ -105,15 +107,17 @@ pub async fn create_job(
         ),
         None => None,
     };
-    let job_id = Uuid::now_v7();
+    let job_id = mint_job_id(&spec.tenant);
     let shard = state.router.shard_for_tenant(&spec.tenant);
-    // Indexed first: an index entry whose create failed is harmless (the job reads as not found),
-    // a job without an entry would be unreachable by id.
-    state
-        .cluster
-        .index_job(&job_id.to_string(), &spec.tenant)
-        .await
-        .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+    if state.router.job_ids() == JobIds::Indexed {
+        // Indexed first: an index entry whose create failed is harmless (the job reads as not
+        // found), a job without an entry would be unreachable by id.
+        state
+            .cluster
+            .index_job(&job_id.to_string(), &spec.tenant)
+            .await
+            .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+    }
     let reply = state
         .router
         .call(
@@ -181,8 +185,11 @@ pub async fn list_jobs(
     Ok(Json(JobPage { jobs, next_cursor }))
 }
 
-/// The shard of an existing job, from the job index.
+/// The shard of an existing job: from its id, or in an older cluster from the job index.
 async fn job_shard(state: &AppState, id: Uuid) -> Result<u32, ApiError> {
+    if let Some(shard) = state.router.shard_for_job(id) {
+        return Ok(shard);
+    }
     let tenant = state
         .cluster
         .job_tenant(&id.to_string())

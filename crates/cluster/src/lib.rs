@@ -110,8 +110,9 @@ pub struct Cluster {
 struct Buckets {
     nodes: Store,
     shards: Store,
-    job_index: Store,
     workers: Store,
+    /// Opened on first use: only clusters with `JobIds::Indexed` have one.
+    job_index: tokio::sync::OnceCell<Store>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -163,9 +164,8 @@ impl Cluster {
         let buckets = Buckets {
             nodes: ensure_bucket(&js, bucket(names::NODES_BUCKET, 1, HEARTBEAT_TTL)).await?,
             shards: ensure_bucket(&js, bucket(names::SHARDS_BUCKET, 5, Duration::ZERO)).await?,
-            job_index: ensure_bucket(&js, bucket(names::JOB_INDEX_BUCKET, 1, Duration::ZERO))
-                .await?,
             workers: ensure_bucket(&js, bucket(names::WORKERS_BUCKET, 1, HEARTBEAT_TTL)).await?,
+            job_index: tokio::sync::OnceCell::new(),
         };
         Ok(Cluster {
             buckets: Arc::new(buckets),
@@ -322,10 +322,29 @@ impl Cluster {
             .map_err(nats("remove worker"))
     }
 
-    /// Records which tenant a job belongs to, so a job is found from its id alone.
-    pub async fn index_job(&self, job_id: &str, tenant: &str) -> Result<()> {
+    /// The job index of a cluster with `JobIds::Indexed`.
+    async fn job_index(&self) -> Result<&Store> {
         self.buckets
             .job_index
+            .get_or_try_init(|| {
+                ensure_bucket(
+                    &self.js,
+                    kv::Config {
+                        bucket: names::JOB_INDEX_BUCKET.to_string(),
+                        history: 1,
+                        storage: StorageType::File,
+                        ..Default::default()
+                    },
+                )
+            })
+            .await
+    }
+
+    /// Records which tenant a job belongs to, so a job is found from its id alone (clusters
+    /// with `JobIds::Indexed`).
+    pub async fn index_job(&self, job_id: &str, tenant: &str) -> Result<()> {
+        self.job_index()
+            .await?
             .put(job_id, Bytes::copy_from_slice(tenant.as_bytes()))
             .await
             .map_err(nats("index job"))?;
@@ -335,8 +354,8 @@ impl Cluster {
     /// The tenant of a job, if the job was ever created.
     pub async fn job_tenant(&self, job_id: &str) -> Result<Option<String>> {
         let v = self
-            .buckets
-            .job_index
+            .job_index()
+            .await?
             .get(job_id)
             .await
             .map_err(nats("read job index"))?;

@@ -195,6 +195,32 @@ pub struct ShardAssignment {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ClusterConfig {
     pub shard_count: u32,
+    /// Absent in the config of a cluster created before job ids carried their routing key.
+    #[serde(default)]
+    pub job_ids: JobIds,
+}
+
+impl ClusterConfig {
+    /// The config a new cluster gets.
+    pub fn new(shard_count: u32) -> ClusterConfig {
+        ClusterConfig {
+            shard_count,
+            job_ids: JobIds::TenantKey,
+        }
+    }
+}
+
+/// How the control plane finds the shard of a job from the job's id alone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum JobIds {
+    /// Clusters created by earlier versions: every create recorded `job id → tenant` in the KV
+    /// bucket `names::JOB_INDEX_BUCKET`, and tenants map to shards by their name.
+    #[default]
+    Indexed,
+    /// The last 16 bits of a job id are its tenant's routing key, and tenants map to shards by
+    /// that key: no index, so nothing outside the shard databases grows with the job count.
+    TenantKey,
 }
 
 /// A shard node's heartbeat.

@@ -21,11 +21,7 @@ use super::Res;
 
 /// Writes the cluster config (`shards` shards) and assigns every shard to `node` with epoch 1.
 pub(crate) async fn assign_all(cluster: &Cluster, shards: u32, node: &str) -> Res<()> {
-    cluster
-        .init_config(&ClusterConfig {
-            shard_count: shards,
-        })
-        .await?;
+    cluster.init_config(&ClusterConfig::new(shards)).await?;
     for shard in 0..shards {
         let a = ShardAssignment {
             shard,

@@ -1,20 +1,19 @@
-//! Which shard holds a tenant, and calling the owner of a shard over NATS request-reply.
-//!
-//! Tenants map to shards by consistent hashing (`hashring`, SipHash with fixed keys, 64 points per
-//! shard), so every control plane replica computes the same answer and adding shards later moves
-//! only the tenants that remap.
+//! Which shard holds a tenant or a job (`placement`, pure), and calling the owner of a shard
+//! over NATS request-reply.
+
+mod placement;
 
 use std::time::Duration;
 
 use chronoshard_wire::{
     names,
-    rpc::{ShardReply, ShardRequest},
+    rpc::{JobIds, ShardReply, ShardRequest},
 };
-use hashring::HashRing;
+
+pub use placement::{mint_job_id, Placement};
 
 use crate::api::error::ApiError;
 
-const POINTS_PER_SHARD: u32 = 256;
 /// How long a call keeps retrying while a shard is moving or its owner is starting: longer than
 /// a failover after a node dies (its heartbeat expires after 6 s, then an assignment pass and
 /// the shard's opening), so a create in that window waits for the new owner instead of failing.
@@ -32,41 +31,35 @@ enum Attempt {
     Unknown(String),
 }
 
-/// A point on the ring: (shard, replica).
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-struct Point(u32, u32);
-
-/// Maps tenants to shards and calls shard owners.
+/// Maps tenants and jobs to shards and calls shard owners.
 #[derive(Clone)]
 pub struct Router {
     client: async_nats::Client,
-    ring: std::sync::Arc<HashRing<Point>>,
-    shard_count: u32,
+    placement: Placement,
 }
 
 impl std::fmt::Debug for Router {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Router")
-            .field("shard_count", &self.shard_count)
+            .field("placement", &self.placement)
             .finish()
     }
 }
 
+impl std::ops::Deref for Router {
+    type Target = Placement;
+
+    fn deref(&self) -> &Placement {
+        &self.placement
+    }
+}
+
 impl Router {
-    pub fn new(client: async_nats::Client, shard_count: u32) -> Router {
+    pub fn new(client: async_nats::Client, shard_count: u32, job_ids: JobIds) -> Router {
         Router {
             client,
-            ring: std::sync::Arc::new(ring(shard_count)),
-            shard_count,
+            placement: Placement::new(shard_count, job_ids),
         }
-    }
-
-    pub fn shard_count(&self) -> u32 {
-        self.shard_count
-    }
-
-    pub fn shard_for_tenant(&self, tenant: &str) -> u32 {
-        self.ring.get(&tenant).map(|p| p.0).unwrap_or(0)
     }
 
     /// Sends a request to the owner of `shard`. Retries while nobody serves the shard (it is
@@ -131,56 +124,6 @@ impl Router {
 
     /// Sends a request to every shard at once and returns the replies in shard order.
     pub async fn call_all(&self, req: &ShardRequest) -> Vec<Result<ShardReply, ApiError>> {
-        futures::future::join_all((0..self.shard_count).map(|s| self.call(s, req))).await
-    }
-}
-
-fn ring(shards: u32) -> HashRing<Point> {
-    let mut ring = HashRing::new();
-    for s in 0..shards {
-        for r in 0..POINTS_PER_SHARD {
-            ring.add(Point(s, r));
-        }
-    }
-    ring
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tenants_spread_over_shards_and_growth_moves_few() {
-        let r8 = ring(8);
-        let r9 = ring(9);
-        let tenants: Vec<String> = (0..4000).map(|i| format!("tenant-{i}")).collect();
-        let mut per_shard = [0usize; 8];
-        let mut moved = 0;
-        for t in &tenants {
-            let a = r8.get(&t.as_str()).unwrap().0;
-            per_shard[a as usize] += 1;
-            let b = r9.get(&t.as_str()).unwrap().0;
-            if a != b {
-                assert_eq!(b, 8, "a tenant moved between old shards");
-                moved += 1;
-            }
-        }
-        // each shard within ±30% of the mean, and about 1/9 of tenants move to the new shard
-        assert!(
-            per_shard.iter().all(|n| (300..=700).contains(n)),
-            "{per_shard:?}"
-        );
-        assert!((250..=750).contains(&moved), "{moved}");
-    }
-
-    #[test]
-    fn the_mapping_is_stable_across_processes() {
-        // Pinned: a change here would move tenants between shards on upgrade.
-        let r = ring(8);
-        let got: Vec<u32> = ["acme", "globex", "initech", "umbrella"]
-            .iter()
-            .map(|t| r.get(t).unwrap().0)
-            .collect();
-        assert_eq!(got, vec![3, 0, 0, 4]);
+        futures::future::join_all((0..self.shard_count()).map(|s| self.call(s, req))).await
     }
 }

@@ -1,0 +1,184 @@
+//! Where tenants and jobs live: a pure function of the cluster config, the same in every control
+//! plane replica. No I/O.
+//!
+//! Tenants map to shards by consistent hashing (`hashring`, SipHash with fixed keys, 256 points
+//! per shard), so adding shards later moves only the tenants that remap. In a cluster with
+//! `JobIds::TenantKey` a tenant's place on the ring is its 16-bit routing key, and every job id
+//! minted here ends with its tenant's key: the shard of a job follows from its id, with no index
+//! to keep. Clusters created before that (`JobIds::Indexed`) keep hashing the tenant's name and
+//! find a job's tenant in the job index.
+
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::Arc;
+
+use chronoshard_wire::rpc::JobIds;
+use hashring::HashRing;
+use uuid::Uuid;
+
+const POINTS_PER_SHARD: u32 = 256;
+
+/// A point on the ring: (shard, replica).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+struct Point(u32, u32);
+
+/// A tenant's routing key: the top 16 bits of the SipHash of its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct RoutingKey(u16);
+
+impl RoutingKey {
+    fn of_tenant(tenant: &str) -> RoutingKey {
+        RoutingKey((hashring::DefaultHashBuilder.hash_one(tenant) >> 48) as u16)
+    }
+
+    /// The key a job id minted by `mint_job_id` carries in its last two bytes.
+    fn of_job(id: Uuid) -> RoutingKey {
+        let b = id.as_bytes();
+        RoutingKey(u16::from_be_bytes([b[14], b[15]]))
+    }
+}
+
+impl Hash for RoutingKey {
+    // Bytes in a fixed order, so that the ring is the same on every platform.
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write(&self.0.to_le_bytes());
+    }
+}
+
+/// A new job id for `tenant`: a UUIDv7 whose last 16 bits are the tenant's routing key. The
+/// 48-bit millisecond time and the 42-bit counter before them are `Uuid::now_v7`'s, so ids
+/// minted by one process stay unique and increasing; 16 random bits remain against another
+/// control plane minting in the same millisecond.
+pub fn mint_job_id(tenant: &str) -> Uuid {
+    let mut b = *Uuid::now_v7().as_bytes();
+    b[14..].copy_from_slice(&RoutingKey::of_tenant(tenant).0.to_be_bytes());
+    Uuid::from_bytes(b)
+}
+
+/// The shard of every tenant and job of one cluster.
+#[derive(Clone)]
+pub struct Placement {
+    ring: Arc<HashRing<Point>>,
+    shard_count: u32,
+    job_ids: JobIds,
+}
+
+impl std::fmt::Debug for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Placement")
+            .field("shard_count", &self.shard_count)
+            .field("job_ids", &self.job_ids)
+            .finish()
+    }
+}
+
+impl Placement {
+    pub fn new(shard_count: u32, job_ids: JobIds) -> Placement {
+        let mut ring = HashRing::new();
+        ring.batch_add(
+            (0..shard_count)
+                .flat_map(|s| (0..POINTS_PER_SHARD).map(move |r| Point(s, r)))
+                .collect(),
+        );
+        Placement {
+            ring: Arc::new(ring),
+            shard_count,
+            job_ids,
+        }
+    }
+
+    pub fn shard_count(&self) -> u32 {
+        self.shard_count
+    }
+
+    pub fn job_ids(&self) -> JobIds {
+        self.job_ids
+    }
+
+    pub fn shard_for_tenant(&self, tenant: &str) -> u32 {
+        let point = match self.job_ids {
+            JobIds::Indexed => self.ring.get(&tenant),
+            JobIds::TenantKey => self.ring.get(&RoutingKey::of_tenant(tenant)),
+        };
+        point.map(|p| p.0).unwrap_or(0)
+    }
+
+    /// The shard of a job, from its id alone: `None` in a cluster with `JobIds::Indexed`, where
+    /// the job index knows it. Any id maps to some shard; one never minted reads as not found.
+    pub fn shard_for_job(&self, id: Uuid) -> Option<u32> {
+        match self.job_ids {
+            JobIds::Indexed => None,
+            JobIds::TenantKey => self.ring.get(&RoutingKey::of_job(id)).map(|p| p.0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn spread_and_growth(job_ids: JobIds) {
+        let (p8, p9) = (Placement::new(8, job_ids), Placement::new(9, job_ids));
+        let mut per_shard = [0usize; 8];
+        let mut moved = 0;
+        for t in (0..4000).map(|i| format!("tenant-{i}")) {
+            let a = p8.shard_for_tenant(&t);
+            per_shard[a as usize] += 1;
+            let b = p9.shard_for_tenant(&t);
+            if a != b {
+                assert_eq!(b, 8, "a tenant moved between old shards");
+                moved += 1;
+            }
+        }
+        // each shard within ±30% of the mean, and about 1/9 of tenants move to the new shard
+        assert!(
+            per_shard.iter().all(|n| (300..=700).contains(n)),
+            "{job_ids:?}: {per_shard:?}"
+        );
+        assert!((250..=750).contains(&moved), "{job_ids:?}: {moved}");
+    }
+
+    #[test]
+    fn tenants_spread_over_shards_and_growth_moves_few() {
+        spread_and_growth(JobIds::Indexed);
+        spread_and_growth(JobIds::TenantKey);
+    }
+
+    #[test]
+    fn the_mapping_is_stable_across_processes() {
+        // Pinned: a change here would move tenants between shards on upgrade.
+        let shards = |job_ids| {
+            let p = Placement::new(8, job_ids);
+            ["acme", "globex", "initech", "umbrella"].map(|t| p.shard_for_tenant(t))
+        };
+        assert_eq!(shards(JobIds::Indexed), [3, 0, 0, 4]);
+        assert_eq!(shards(JobIds::TenantKey), [4, 0, 4, 3]);
+        assert_eq!(RoutingKey::of_tenant("acme"), RoutingKey(31223));
+    }
+
+    #[test]
+    fn an_indexed_cluster_finds_no_shard_in_an_id() {
+        let p = Placement::new(8, JobIds::Indexed);
+        assert_eq!(p.shard_for_job(mint_job_id("acme")), None);
+    }
+
+    proptest! {
+        #[test]
+        fn a_minted_id_leads_to_its_tenants_shard(
+            tenants in prop::collection::vec("[A-Za-z0-9_-]{1,64}", 1..20),
+            shards in 1u32..70,
+        ) {
+            let p = Placement::new(shards, JobIds::TenantKey);
+            let mut last = Uuid::nil();
+            for t in &tenants {
+                let id = mint_job_id(t);
+                prop_assert_eq!(id.get_version_num(), 7);
+                prop_assert_eq!(id.get_variant(), uuid::Variant::RFC4122);
+                prop_assert!(id > last, "ids minted in turn increase");
+                last = id;
+                prop_assert_eq!(p.shard_for_job(id), Some(p.shard_for_tenant(t)));
+            }
+        }
+    }
+}
