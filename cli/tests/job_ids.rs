@@ -1,5 +1,6 @@
-//! A job is found from its id alone: in a new cluster the id carries its tenant's routing key and
-//! nothing else is written; a cluster created by an earlier version keeps its job index.
+//! A job or a ticket is found from its id alone: in a new cluster the id carries its tenant's
+//! routing key and nothing else is written; a cluster created by an earlier version keeps its job
+//! index and asks every shard for a ticket.
 
 mod common;
 
@@ -51,6 +52,23 @@ async fn jobs_are_found_by_id_and_by_tenant(api: &Api) -> Vec<(String, String)> 
     jobs
 }
 
+/// Fires a job now (its ticket waits on a queue nobody serves) and finds its ticket by id.
+async fn a_ticket_is_found_by_id(api: &Api) -> Value {
+    let job = api
+        .create(
+            &json!({"tenant": "ids-0", "name": "now", "schedule": {"delay": "0s"},
+            "target": {"type": "queue", "queue": "nobody"}}),
+        )
+        .await;
+    let ticket = api.ticket_of_run(&job, "dispatched").await;
+    assert_eq!(ticket["job_id"].as_str(), Some(job.as_str()), "{ticket}");
+    let (status, body) = api
+        .get("/v1/tickets/01890000-0000-7000-8000-000000000000")
+        .await;
+    assert_eq!(status, 404, "{body}");
+    ticket
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_new_cluster_finds_jobs_from_their_ids_without_an_index() {
     let dir = tempfile::tempdir().unwrap();
@@ -69,6 +87,13 @@ async fn a_new_cluster_finds_jobs_from_their_ids_without_an_index() {
         .get("/v1/jobs/01890000-0000-7000-8000-000000000000")
         .await;
     assert_eq!(status, 404, "{body}");
+    // a ticket carries its job's routing key, so it is looked up on one shard
+    let ticket = a_ticket_is_found_by_id(&api).await;
+    assert_eq!(
+        ticket["ticket_id"].as_str().unwrap()[32..],
+        jobs[0].1[32..],
+        "{ticket}"
+    );
 
     let js = async_nats::jetstream::new(async_nats::connect(&p.nats_url).await.unwrap());
     let config = js.get_key_value(names::SHARDS_BUCKET).await.unwrap();
@@ -128,6 +153,7 @@ async fn a_cluster_from_an_earlier_version_keeps_its_job_index() {
     let p = platform(dir.path()).await;
     let api = Api::new(&p);
     let jobs = jobs_are_found_by_id_and_by_tenant(&api).await;
+    a_ticket_is_found_by_id(&api).await;
     let js = async_nats::jetstream::new(async_nats::connect(&p.nats_url).await.unwrap());
     let index = js.get_key_value(names::JOB_INDEX_BUCKET).await.unwrap();
     for (tenant, id) in &jobs {

@@ -187,7 +187,7 @@ pub async fn list_jobs(
 
 /// The shard of an existing job: from its id, or in an older cluster from the job index.
 async fn job_shard(state: &AppState, id: Uuid) -> Result<u32, ApiError> {
-    if let Some(shard) = state.router.shard_for_job(id) {
+    if let Some(shard) = state.router.shard_for_id(id) {
         return Ok(shard);
     }
     let tenant = state
@@ -359,9 +359,21 @@ pub(super) async fn tenant_or_all(
     })
 }
 
-/// Finds a ticket on whichever shard has it. Tickets carry no tenant in their id: ask every
-/// shard; exactly one can have it.
+/// Finds a ticket: on the shard its id leads to, or in a cluster whose ids carry no routing key
+/// on whichever shard has it (every shard is asked; exactly one can have it).
 pub(super) async fn find_ticket(state: &AppState, ticket_id: Uuid) -> Result<TicketView, ApiError> {
+    if let Some(shard) = state.router.shard_for_id(ticket_id) {
+        return match state
+            .router
+            .call(shard, &ShardRequest::GetTicket { ticket_id })
+            .await?
+        {
+            ShardReply::Ticket { ticket } => Ok(ticket),
+            other => Err(ApiError::Internal(format!(
+                "unexpected shard reply {other:?}"
+            ))),
+        };
+    }
     let mut unavailable = None;
     for reply in state
         .router

@@ -11,7 +11,7 @@
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 
-use chronoshard_wire::rpc::JobIds;
+use chronoshard_wire::{ids, rpc::JobIds};
 use hashring::HashRing;
 use uuid::Uuid;
 
@@ -30,10 +30,9 @@ impl RoutingKey {
         RoutingKey((hashring::DefaultHashBuilder.hash_one(tenant) >> 48) as u16)
     }
 
-    /// The key a job id minted by `mint_job_id` carries in its last two bytes.
-    fn of_job(id: Uuid) -> RoutingKey {
-        let b = id.as_bytes();
-        RoutingKey(u16::from_be_bytes([b[14], b[15]]))
+    /// The key of a job id minted by `mint_job_id`, or of a ticket id of such a job.
+    fn of_id(id: Uuid) -> RoutingKey {
+        RoutingKey(ids::routing_key(id))
     }
 }
 
@@ -44,14 +43,9 @@ impl Hash for RoutingKey {
     }
 }
 
-/// A new job id for `tenant`: a UUIDv7 whose last 16 bits are the tenant's routing key. The
-/// 48-bit millisecond time and the 42-bit counter before them are `Uuid::now_v7`'s, so ids
-/// minted by one process stay unique and increasing; 16 random bits remain against another
-/// control plane minting in the same millisecond.
+/// A new job id for `tenant`: it ends with the tenant's routing key (`chronoshard_wire::ids`).
 pub fn mint_job_id(tenant: &str) -> Uuid {
-    let mut b = *Uuid::now_v7().as_bytes();
-    b[14..].copy_from_slice(&RoutingKey::of_tenant(tenant).0.to_be_bytes());
-    Uuid::from_bytes(b)
+    ids::mint(RoutingKey::of_tenant(tenant).0)
 }
 
 /// The shard of every tenant and job of one cluster.
@@ -102,12 +96,13 @@ impl Placement {
         point.map(|p| p.0).unwrap_or(0)
     }
 
-    /// The shard of a job, from its id alone: `None` in a cluster with `JobIds::Indexed`, where
-    /// the job index knows it. Any id maps to some shard; one never minted reads as not found.
-    pub fn shard_for_job(&self, id: Uuid) -> Option<u32> {
+    /// The shard of a job or a ticket, from its id alone: `None` in a cluster with
+    /// `JobIds::Indexed`, where the job index knows a job's and every shard is asked for a
+    /// ticket. Any id maps to some shard; one never minted reads as not found there.
+    pub fn shard_for_id(&self, id: Uuid) -> Option<u32> {
         match self.job_ids {
             JobIds::Indexed => None,
-            JobIds::TenantKey => self.ring.get(&RoutingKey::of_job(id)).map(|p| p.0),
+            JobIds::TenantKey => self.ring.get(&RoutingKey::of_id(id)).map(|p| p.0),
         }
     }
 }
@@ -160,24 +155,21 @@ mod tests {
     #[test]
     fn an_indexed_cluster_finds_no_shard_in_an_id() {
         let p = Placement::new(8, JobIds::Indexed);
-        assert_eq!(p.shard_for_job(mint_job_id("acme")), None);
+        assert_eq!(p.shard_for_id(mint_job_id("acme")), None);
     }
 
     proptest! {
         #[test]
-        fn a_minted_id_leads_to_its_tenants_shard(
+        fn a_minted_id_and_its_tickets_lead_to_the_tenants_shard(
             tenants in prop::collection::vec("[A-Za-z0-9_-]{1,64}", 1..20),
             shards in 1u32..70,
         ) {
             let p = Placement::new(shards, JobIds::TenantKey);
-            let mut last = Uuid::nil();
             for t in &tenants {
-                let id = mint_job_id(t);
-                prop_assert_eq!(id.get_version_num(), 7);
-                prop_assert_eq!(id.get_variant(), uuid::Variant::RFC4122);
-                prop_assert!(id > last, "ids minted in turn increase");
-                last = id;
-                prop_assert_eq!(p.shard_for_job(id), Some(p.shard_for_tenant(t)));
+                let job = mint_job_id(t);
+                let ticket = ids::mint(ids::routing_key(job));
+                prop_assert_eq!(p.shard_for_id(job), Some(p.shard_for_tenant(t)));
+                prop_assert_eq!(p.shard_for_id(ticket), Some(p.shard_for_tenant(t)));
             }
         }
     }

@@ -8,6 +8,7 @@
 //! (DESIGN.md §4, docs/protocol.md), so they are only ever extended, never renamed.
 
 pub mod duration;
+pub mod ids;
 pub mod job;
 pub mod names;
 pub mod rpc;

@@ -4,7 +4,7 @@
 //! (timers to arm, a buffered occurrence to release) and re-arming all of it when a shard opens.
 
 use chronoshard_wire::{
-    from_millis, trace_id_of, JobState, Overlap, ResultKind, RunStatus, Ticket, TicketResult,
+    from_millis, ids, trace_id_of, JobState, Overlap, ResultKind, RunStatus, Ticket, TicketResult,
     PROTOCOL_VERSION,
 };
 use tracing::{debug, warn};
@@ -344,7 +344,8 @@ impl Shard {
         let items = job.spec.shard_items.max(1);
         (0..items)
             .map(|item| {
-                let ticket_id = Uuid::now_v7();
+                // Ends with the job's routing key, so the ticket is found on this shard.
+                let ticket_id = ids::mint(ids::routing_key(job.id));
                 Ticket {
                     v: PROTOCOL_VERSION,
                     ticket_id,
