@@ -18,8 +18,17 @@ use uuid::Uuid;
 const POINTS_PER_SHARD: u32 = 256;
 
 /// A point on the ring: (shard, replica).
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Point(u32, u32);
+
+impl Hash for Point {
+    // Little-endian bytes, so every control plane builds the same ring whatever its CPU; on a
+    // little-endian one these are the bytes the derived `Hash` wrote (the pinned mapping holds).
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write(&self.0.to_le_bytes());
+        state.write(&self.1.to_le_bytes());
+    }
+}
 
 /// A tenant's routing key: the top 16 bits of the SipHash of its name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
