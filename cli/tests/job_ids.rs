@@ -10,18 +10,22 @@ use serde_json::{json, Value};
 
 const TENANTS: usize = 12;
 
-/// Creates a paused-far-future job for each of `TENANTS` tenants and checks that each is found
-/// by id, by its tenant's list, and can be changed by id. Returns `(tenant, job id)` pairs.
+/// Creates a job of `tenant` that is due far in the future and returns its id.
+async fn far_job(api: &Api, tenant: &str) -> String {
+    api.create(
+        &json!({"tenant": tenant, "name": "far", "schedule": {"at": "2999-01-01T00:00:00Z"},
+        "target": {"type": "queue", "queue": "nobody"}}),
+    )
+    .await
+}
+
+/// Creates a far-future job for each of `TENANTS` tenants and checks that each is found by id,
+/// by its tenant's list, and can be paused by id. Returns `(tenant, job id)` pairs.
 async fn jobs_are_found_by_id_and_by_tenant(api: &Api) -> Vec<(String, String)> {
     let mut jobs = Vec::new();
     for i in 0..TENANTS {
         let tenant = format!("ids-{i}");
-        let id = api
-            .create(
-                &json!({"tenant": tenant, "name": "far", "schedule": {"at": "2999-01-01T00:00:00Z"},
-                "target": {"type": "queue", "queue": "nobody"}}),
-            )
-            .await;
+        let id = far_job(api, &tenant).await;
         jobs.push((tenant, id));
     }
     for (tenant, id) in &jobs {
@@ -76,7 +80,10 @@ async fn a_new_cluster_finds_jobs_from_their_ids_without_an_index() {
     let api = Api::new(&p);
     let jobs = jobs_are_found_by_id_and_by_tenant(&api).await;
     // one tenant's ids end with the same routing key, and differ before it
-    let same: Vec<String> = more_ids(&api, "ids-0", 3).await;
+    let mut same = Vec::new();
+    for _ in 0..3 {
+        same.push(far_job(&api, "ids-0").await);
+    }
     assert!(
         same.iter().all(|id| id[32..] == jobs[0].1[32..]),
         "{same:?}"
@@ -111,18 +118,6 @@ async fn a_new_cluster_finds_jobs_from_their_ids_without_an_index() {
         "a new cluster keeps no job index"
     );
     p.stop().await.unwrap();
-}
-
-async fn more_ids(api: &Api, tenant: &str, n: usize) -> Vec<String> {
-    let mut ids = Vec::new();
-    for _ in 0..n {
-        ids.push(
-            api.create(&json!({"tenant": tenant, "name": "more", "schedule": {"at": "2999-01-01T00:00:00Z"},
-                "target": {"type": "queue", "queue": "nobody"}}))
-                .await,
-        );
-    }
-    ids
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

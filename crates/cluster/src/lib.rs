@@ -154,13 +154,6 @@ impl Cluster {
         })
         .await
         .map_err(nats("create result stream"))?;
-        let bucket = |name: &str, history: i64, max_age: Duration| kv::Config {
-            bucket: name.to_string(),
-            history,
-            max_age,
-            storage: StorageType::File,
-            ..Default::default()
-        };
         let buckets = Buckets {
             nodes: ensure_bucket(&js, bucket(names::NODES_BUCKET, 1, HEARTBEAT_TTL)).await?,
             shards: ensure_bucket(&js, bucket(names::SHARDS_BUCKET, 5, Duration::ZERO)).await?,
@@ -327,15 +320,7 @@ impl Cluster {
         self.buckets
             .job_index
             .get_or_try_init(|| {
-                ensure_bucket(
-                    &self.js,
-                    kv::Config {
-                        bucket: names::JOB_INDEX_BUCKET.to_string(),
-                        history: 1,
-                        storage: StorageType::File,
-                        ..Default::default()
-                    },
-                )
+                ensure_bucket(&self.js, bucket(names::JOB_INDEX_BUCKET, 1, Duration::ZERO))
             })
             .await
     }
@@ -360,6 +345,17 @@ impl Cluster {
             .await
             .map_err(nats("read job index"))?;
         Ok(v.map(|b| String::from_utf8_lossy(&b).into_owned()))
+    }
+}
+
+/// A file-backed KV bucket's config; `max_age` zero keeps entries for ever.
+fn bucket(name: &str, history: i64, max_age: Duration) -> kv::Config {
+    kv::Config {
+        bucket: name.to_string(),
+        history,
+        max_age,
+        storage: StorageType::File,
+        ..Default::default()
     }
 }
 
