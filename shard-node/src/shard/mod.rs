@@ -248,9 +248,11 @@ impl Shard {
                 .map(|d| d as i64)
                 .unwrap_or(i64::MAX)
                 .min(next_load);
-            // With a backlog, go round at once (after a waiting command, if any).
+            // With a backlog, go round at once (after a waiting command, if any). Otherwise
+            // to the microsecond: the part of the current millisecond already gone counts.
             let sleep = if self.backlog.is_empty() {
-                Duration::from_millis((wake - self.ctx.clock.now_ms()).max(0) as u64)
+                let wait_us = wake.saturating_mul(1000) - self.ctx.clock.now_us();
+                Duration::from_micros(wait_us.max(0) as u64)
             } else {
                 Duration::ZERO
             };
@@ -261,7 +263,7 @@ impl Shard {
                     Some(cmd) => self.on_command(cmd, &mut commands).await?,
                     None => return Ok(()),
                 },
-                _ = tokio::time::sleep(sleep) => {}
+                _ = crate::alarm::sleep(sleep) => {}
             }
         }
     }

@@ -273,10 +273,10 @@ impl Dispatcher {
             }
             self.report_backlog(inflight.len());
             // To the microsecond: the time left in the current millisecond counts (see
-            // `Clock::now_us`); tokio's timer still rounds the wake-up up to its next millisecond.
+            // `Clock::now_us`), and the alarm does not round the wake-up up to a millisecond.
             let release = self.held.next_at().map(|at| {
                 let wait_us = at * 1000 - self.ctx.clock.now_us();
-                tokio::time::Instant::now() + Duration::from_micros(wait_us.max(0) as u64)
+                std::time::Instant::now() + Duration::from_micros(wait_us.max(0) as u64)
             });
             tokio::select! {
                 biased;
@@ -568,9 +568,9 @@ fn tolerate<T>(r: Result<T, StoreError>) -> Result<Option<T>, StoreError> {
     }
 }
 
-async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+async fn sleep_until_some(at: Option<std::time::Instant>) {
     if let Some(at) = at {
-        tokio::time::sleep_until(at).await;
+        crate::alarm::sleep_until(at).await;
     }
 }
 
