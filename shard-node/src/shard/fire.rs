@@ -232,6 +232,10 @@ impl Shard {
             })
             .collect();
         let outcomes = self.store.fire_batch(requests, now).await?;
+        // Handed over in one piece: one hand-over per job filled the dispatcher's channel
+        // within a batch, and tickets that find it full are left for the dispatcher to read
+        // back from the database (`dispatcher::Handle::publish`).
+        let mut tickets = Vec::new();
         for ((job, _, p), out) in planned.iter().zip(outcomes) {
             if out.stale {
                 continue;
@@ -247,11 +251,12 @@ impl Shard {
                 .filter(|(_, at)| *at > now)
                 .collect();
             self.note_fired_ahead(job.id, &job.tenant, early);
-            self.dispatcher.publish(out.tickets);
+            tickets.extend(out.tickets);
             if let Some(next) = p.next {
                 self.track(Due::of(job, next));
             }
         }
+        self.dispatcher.publish(tickets);
         Ok(())
     }
 
