@@ -7,13 +7,12 @@
 
 use std::collections::HashSet;
 
-use sqlx::Row;
 use uuid::Uuid;
 
 use super::{
-    parse_uuid, rows_per_statement,
+    json_rows, json_rows_of, parse_uuid, rows_per_statement,
     tickets::{FireOutcome, FireRequest, Fired},
-    Params, Result, Tx,
+    Params, Result, StoreError, Tx,
 };
 use chronoshard_wire::{Overlap, Ticket};
 
@@ -69,15 +68,37 @@ pub(super) async fn fire_simple(
 
 /// Moves each job from its expected next occurrence to the one after; returns the jobs moved
 /// (the others were stale: changed since the wheel entry was made).
+///
+/// The jobs that will move are read first, as one JSON value (`json_rows_of`), rather than
+/// returned by the update row by row: the transaction holds the write lock, so nothing changes
+/// in between, and the update must move exactly those.
 async fn move_jobs(tx: &mut Tx, requests: &[FireRequest<'_>], now: i64) -> Result<HashSet<Uuid>> {
     let mut moved = HashSet::new();
     for chunk in requests.chunks(rows_per_statement(4)) {
+        let sql = format!(
+            "SELECT {} FROM jobs JOIN (VALUES {}) AS v ON jobs.id = v.column1 \
+             WHERE jobs.next_fire_at = v.column2 AND jobs.state = 'active'",
+            json_rows_of(tx, "jobs.id"),
+            Params::new(tx).rows(chunk.len(), 2)
+        );
+        let mut q = sqlx::query_scalar::<_, String>(&sql);
+        for r in chunk {
+            q = q.bind(r.job_id.to_string()).bind(r.expected_next);
+        }
+        let rows = q.fetch_one(&mut **tx).await?;
+        let ready = json_rows::<(String,)>(&rows)?
+            .into_iter()
+            .map(|(id,)| parse_uuid(&id))
+            .collect::<Result<HashSet<Uuid>>>()?;
+        if ready.is_empty() {
+            continue;
+        }
         let mut p = Params::new(tx);
+        // VALUES columns are `column1..4` on both backends.
         let sql = format!(
             "UPDATE jobs SET next_fire_at = v.column2, state = v.column3, updated_at = {} \
              FROM (VALUES {}) AS v \
-             WHERE jobs.id = v.column1 AND jobs.next_fire_at = v.column4 AND jobs.state = 'active' \
-             RETURNING jobs.id",
+             WHERE jobs.id = v.column1 AND jobs.next_fire_at = v.column4 AND jobs.state = 'active'",
             p.one(),
             p.rows(chunk.len(), 4)
         );
@@ -94,14 +115,20 @@ async fn move_jobs(tx: &mut Tx, requests: &[FireRequest<'_>], now: i64) -> Resul
                 .bind(state)
                 .bind(r.expected_next);
         }
-        for row in q.fetch_all(&mut **tx).await? {
-            moved.insert(parse_uuid(&row.try_get::<String, _>(0)?)?);
+        let updated = q.execute(&mut **tx).await?.rows_affected();
+        if updated != ready.len() as u64 {
+            return Err(StoreError::Corrupt(format!(
+                "{} jobs were due to move and {updated} moved",
+                ready.len()
+            )));
         }
+        moved.extend(ready);
     }
     Ok(moved)
 }
 
-/// Inserts `dispatched` runs; returns those created (the others existed already).
+/// Inserts `dispatched` runs; returns those created (the others existed already). The existing
+/// ones are read first (usually none), for the reason `move_jobs` reads before it writes.
 async fn insert_runs(
     tx: &mut Tx,
     runs: &[(String, i64)],
@@ -110,8 +137,29 @@ async fn insert_runs(
     let mut created = HashSet::new();
     for chunk in runs.chunks(rows_per_statement(6)) {
         let sql = format!(
+            "SELECT {} FROM runs JOIN (VALUES {}) AS v \
+             ON runs.job_id = v.column1 AND runs.scheduled_at = v.column2",
+            json_rows_of(tx, "runs.job_id, runs.scheduled_at"),
+            Params::new(tx).rows(chunk.len(), 2)
+        );
+        let mut q = sqlx::query_scalar::<_, String>(&sql);
+        for (job, at) in chunk {
+            q = q.bind(job).bind(*at);
+        }
+        let rows = q.fetch_one(&mut **tx).await?;
+        let existing: HashSet<(String, i64)> = json_rows(&rows)?.into_iter().collect();
+        let mut new = HashSet::new();
+        for (job, at) in chunk {
+            if !existing.contains(&(job.clone(), *at)) {
+                new.insert((parse_uuid(job)?, *at));
+            }
+        }
+        if new.is_empty() {
+            continue;
+        }
+        let sql = format!(
             "INSERT INTO runs (job_id, scheduled_at, status, attempts, created_at, updated_at) \
-             VALUES {} ON CONFLICT DO NOTHING RETURNING job_id, scheduled_at",
+             VALUES {} ON CONFLICT DO NOTHING",
             Params::new(tx).rows(chunk.len(), 6)
         );
         let mut q = sqlx::query(&sql);
@@ -124,10 +172,14 @@ async fn insert_runs(
                 .bind(now)
                 .bind(now);
         }
-        for row in q.fetch_all(&mut **tx).await? {
-            let job = parse_uuid(&row.try_get::<String, _>(0)?)?;
-            created.insert((job, row.try_get::<i64, _>(1)?));
+        let inserted = q.execute(&mut **tx).await?.rows_affected();
+        if inserted != new.len() as u64 {
+            return Err(StoreError::Corrupt(format!(
+                "{} runs were due to be created and {inserted} were",
+                new.len()
+            )));
         }
+        created.extend(new);
     }
     Ok(created)
 }

@@ -6,7 +6,9 @@ use chronoshard_wire::{JobSpec, JobState};
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::{parse_uuid, rows_per_statement, Params, Result, Store, StoreError};
+use super::{
+    json_rows, json_rows_of, parse_uuid, rows_per_statement, Params, Result, Store, StoreError,
+};
 
 /// A job as stored: its spec, lifecycle state and next unfired occurrence.
 #[derive(Clone, Debug, PartialEq)]
@@ -45,21 +47,47 @@ pub struct DueRow {
     pub tenant: String,
 }
 
+/// A job's `JOB_COLUMNS` in order.
+type JobColumns = (
+    String,
+    String,
+    String,
+    String,
+    i64,
+    i64,
+    i64,
+    Option<i64>,
+    Option<i64>,
+);
+
 fn job_from_row(row: &sqlx::any::AnyRow) -> Result<JobRow> {
-    let spec: String = row.try_get("spec")?;
-    let state: String = row.try_get("state")?;
+    job_from_columns((
+        row.try_get("id")?,
+        row.try_get("tenant")?,
+        row.try_get("spec")?,
+        row.try_get("state")?,
+        row.try_get("created_at")?,
+        row.try_get("updated_at")?,
+        row.try_get("anchor_at")?,
+        row.try_get("next_fire_at")?,
+        row.try_get("buffered_at")?,
+    ))
+}
+
+fn job_from_columns(c: JobColumns) -> Result<JobRow> {
+    let (id, tenant, spec, state, created_at, updated_at, anchor_at, next_fire_at, buffered_at) = c;
     Ok(JobRow {
-        id: parse_uuid(&row.try_get::<String, _>("id")?)?,
-        tenant: row.try_get("tenant")?,
+        id: parse_uuid(&id)?,
+        tenant,
         spec: serde_json::from_str(&spec)
             .map_err(|e| StoreError::Corrupt(format!("job spec: {e}")))?,
         state: JobState::parse(&state)
             .ok_or_else(|| StoreError::Corrupt(format!("job state {state:?}")))?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-        anchor_at: row.try_get("anchor_at")?,
-        next_fire_at: row.try_get("next_fire_at")?,
-        buffered_at: row.try_get("buffered_at")?,
+        created_at,
+        updated_at,
+        anchor_at,
+        next_fire_at,
+        buffered_at,
     })
 }
 
@@ -97,24 +125,26 @@ impl Store {
         row.as_ref().map(job_from_row).transpose()
     }
 
-    /// Several jobs by id (those that exist), in one query.
+    /// Several jobs by id (those that exist), in one query (the fire path's read: its rows come
+    /// back as one JSON value, see `json_rows_of`).
     pub async fn get_jobs(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, JobRow>> {
         if ids.is_empty() {
             return Ok(HashMap::new());
         }
         let mut conn = self.pool.acquire().await?;
         let sql = format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({})",
+            "SELECT {} FROM jobs WHERE id IN ({})",
+            json_rows_of(&conn, JOB_COLUMNS),
             Params::new(&conn).list(ids.len())
         );
-        let mut q = sqlx::query(&sql);
+        let mut q = sqlx::query_scalar::<_, String>(&sql);
         for id in ids {
             q = q.bind(id.to_string());
         }
-        q.fetch_all(&mut *conn)
-            .await?
-            .iter()
-            .map(|r| job_from_row(r).map(|j| (j.id, j)))
+        let rows = q.fetch_one(&mut *conn).await?;
+        json_rows::<JobColumns>(&rows)?
+            .into_iter()
+            .map(|c| job_from_columns(c).map(|j| (j.id, j)))
             .collect()
     }
 

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::super::{parse_uuid, rows_per_statement, Params, Result, Tx};
+use super::super::{json_rows, json_rows_of, parse_uuid, rows_per_statement, Params, Result, Tx};
 
 /// Ids per `IN (…)` list.
 const ID_CHUNK: usize = 256;
@@ -83,18 +83,32 @@ pub(super) async fn read_tickets(tx: &mut Tx, ids: &[String]) -> Result<HashMap<
     let mut out = HashMap::new();
     for chunk in ids.chunks(ID_CHUNK) {
         let sql = format!(
-            "SELECT i.id, i.job_id, i.scheduled_at, i.status, i.attempt, i.timeout_ms, r.reason, j.buffered_at \
+            "SELECT {} \
              FROM tickets t JOIN tickets i ON i.job_id = t.job_id AND i.scheduled_at = t.scheduled_at \
              LEFT JOIN runs r ON r.job_id = i.job_id AND r.scheduled_at = i.scheduled_at \
              LEFT JOIN jobs j ON j.id = i.job_id WHERE t.id IN ({})",
+            json_rows_of(tx, "i.id, i.job_id, i.scheduled_at, i.status, i.attempt, i.timeout_ms, r.reason, j.buffered_at"),
             Params::new(tx).list(chunk.len())
         );
-        let mut q = sqlx::query(&sql);
+        let mut q = sqlx::query_scalar::<_, String>(&sql);
         for id in chunk {
             q = q.bind(id);
         }
-        for r in q.fetch_all(&mut **tx).await? {
-            let id = parse_uuid(&r.try_get::<String, _>(0)?)?;
+        type Columns = (
+            String,
+            String,
+            i64,
+            String,
+            i64,
+            Option<i64>,
+            Option<String>,
+            Option<i64>,
+        );
+        let rows = q.fetch_one(&mut **tx).await?;
+        for (id, job_id, scheduled_at, status, attempt, timeout_ms, run_reason, buffered_at) in
+            json_rows::<Columns>(&rows)?
+        {
+            let id = parse_uuid(&id)?;
             if out.contains_key(&id) {
                 // an item of an occurrence two tickets of the batch belong to
                 continue;
@@ -102,13 +116,13 @@ pub(super) async fn read_tickets(tx: &mut Tx, ids: &[String]) -> Result<HashMap<
             out.insert(
                 id,
                 TicketRow {
-                    job_id: r.try_get(1)?,
-                    scheduled_at: r.try_get(2)?,
-                    status: r.try_get(3)?,
-                    attempt: r.try_get(4)?,
-                    timeout_ms: r.try_get(5)?,
-                    run_reason: r.try_get(6)?,
-                    buffered: r.try_get::<Option<i64>, _>(7)?.is_some(),
+                    job_id,
+                    scheduled_at,
+                    status,
+                    attempt,
+                    timeout_ms,
+                    run_reason,
+                    buffered: buffered_at.is_some(),
                     checkpoint: None,
                     dead_at: None,
                     body: None,
@@ -129,31 +143,45 @@ pub(super) async fn read_attempts(
     let mut out = HashMap::new();
     for chunk in ids.chunks(ID_CHUNK) {
         let sql = format!(
-            "SELECT ticket_id, attempt, status, published_at, started_at, finished_at, worker, error, \
-             http_status, output, heartbeat_at FROM attempts WHERE ticket_id IN ({})",
+            "SELECT {} FROM attempts WHERE ticket_id IN ({})",
+            json_rows_of(
+                tx,
+                "ticket_id, attempt, status, published_at, started_at, finished_at, worker, error, \
+                 http_status, output, heartbeat_at"
+            ),
             Params::new(tx).list(chunk.len())
         );
-        let mut q = sqlx::query(&sql);
+        let mut q = sqlx::query_scalar::<_, String>(&sql);
         for id in chunk {
             q = q.bind(id);
         }
-        for r in q.fetch_all(&mut **tx).await? {
-            let key = (
-                parse_uuid(&r.try_get::<String, _>(0)?)?,
-                r.try_get::<i64, _>(1)?,
-            );
+        type Columns = (
+            String,
+            i64,
+            String,
+            Option<i64>,
+            Option<i64>,
+            Option<i64>,
+            Option<String>,
+            Option<String>,
+            Option<i64>,
+            Option<String>,
+            Option<i64>,
+        );
+        let rows = q.fetch_one(&mut **tx).await?;
+        for c in json_rows::<Columns>(&rows)? {
             out.insert(
-                key,
+                (parse_uuid(&c.0)?, c.1),
                 AttemptRow {
-                    status: r.try_get(2)?,
-                    published_at: r.try_get(3)?,
-                    started_at: r.try_get(4)?,
-                    finished_at: r.try_get(5)?,
-                    worker: r.try_get(6)?,
-                    error: r.try_get(7)?,
-                    http_status: r.try_get(8)?,
-                    output: r.try_get(9)?,
-                    heartbeat_at: r.try_get(10)?,
+                    status: c.2,
+                    published_at: c.3,
+                    started_at: c.4,
+                    finished_at: c.5,
+                    worker: c.6,
+                    error: c.7,
+                    http_status: c.8,
+                    output: c.9,
+                    heartbeat_at: c.10,
                     inserted: None,
                     dirty: false,
                 },

@@ -425,7 +425,47 @@ async fn opening_a_shard_reads_buffered_jobs_by_index() {
     );
 }
 
+/// Rows read as one JSON value (`json_rows_of`) come back as stored: text that needs escaping,
+/// nulls, integers beyond 2^53; no rows is an empty list on both backends.
+async fn rows_read_as_json_keep_every_value(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
+    let mut j = job("t \"quoted\" \\ é 東\n", -1);
+    j.spec.name = "a \"name\"\twith\\escapes\u{1F600}".into();
+    j.created_at = i64::MAX - 1;
+    j.updated_at = i64::MIN + 1;
+    j.anchor_at = (1 << 53) + 1;
+    let mut done = job("t", 5);
+    done.state = JobState::Completed;
+    done.next_fire_at = None;
+    for job in [&j, &done] {
+        s.create_job(job, None).await.unwrap();
+    }
+    let read = s.get_jobs(&[j.id, done.id]).await.unwrap();
+    assert_eq!(read.get(&j.id), Some(&j));
+    assert_eq!(read.get(&done.id), Some(&done));
+    assert!(s.get_jobs(&[Uuid::now_v7()]).await.unwrap().is_empty());
+}
+
+#[test]
+fn rows_that_do_not_decode_are_a_corrupt_store_not_a_panic() {
+    for text in ["", "[[1, 2]", "[[\"id\", \"not a number\"]]", "{\"a\": 1}"] {
+        let err = json_rows::<(String, i64)>(text).unwrap_err();
+        assert!(
+            matches!(err, StoreError::Corrupt(ref m) if m.starts_with("rows as JSON")),
+            "{text:?}: {err}"
+        );
+    }
+    assert_eq!(
+        json_rows::<(String, Option<i64>)>("[[\"a\", null], [\"b\", 9007199254740993]]").unwrap(),
+        vec![
+            ("a".to_string(), None),
+            ("b".to_string(), Some(9_007_199_254_740_993))
+        ]
+    );
+}
+
 store_tests!(
+    rows_read_as_json_keep_every_value,
     an_older_epoch_is_fenced_once_a_newer_owner_opens,
     one_ticket_per_occurrence_and_stale_entries_write_nothing,
     results_apply_once_and_move_the_run,
