@@ -205,6 +205,26 @@ mod tests {
         assert_eq!(registered(), 0);
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn deadlines_registered_earliest_first_all_wake() {
+        let _g = COUNTING.lock().await;
+        let start = Instant::now();
+        // Each new deadline is later than the one the thread waits for: found when it next wakes.
+        let mut tasks = Vec::new();
+        for i in 1..=50u64 {
+            let deadline = start + Duration::from_micros(i * 200);
+            tasks.push(tokio::spawn(async move {
+                sleep_until(deadline).await;
+                Instant::now() >= deadline
+            }));
+            tokio::task::yield_now().await;
+        }
+        for t in tasks {
+            assert!(t.await.unwrap(), "a sleeper woke before its deadline");
+        }
+        assert_eq!(registered(), 0);
+    }
+
     #[tokio::test]
     async fn a_dropped_sleep_leaves_nothing_and_others_still_wake() {
         let _g = COUNTING.lock().await;
