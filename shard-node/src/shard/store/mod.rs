@@ -6,8 +6,9 @@
 //!
 //! One set of queries serves both backends through sqlx's `Any` driver: placeholders are `$n`
 //! (SQLite reads them by number too; statements built for many rows use [`Params`] instead),
-//! integers are 64-bit, and nothing backend-specific is used outside the two migration folders. It must not know about NATS, the wheel or the clock:
-//! callers pass `now`.
+//! integers are 64-bit, and the only backend-specific SQL outside the two migration folders is
+//! `json_rows_of`'s aggregate. It must not know about NATS, the wheel or the clock: callers pass
+//! `now`.
 
 mod bulk;
 mod jobs;
