@@ -116,12 +116,7 @@ async fn move_jobs(tx: &mut Tx, requests: &[FireRequest<'_>], now: i64) -> Resul
                 .bind(r.expected_next);
         }
         let updated = q.execute(&mut **tx).await?.rows_affected();
-        if updated != ready.len() as u64 {
-            return Err(StoreError::Corrupt(format!(
-                "{} jobs were due to move and {updated} moved",
-                ready.len()
-            )));
-        }
+        as_read(updated, ready.len(), "jobs moved on")?;
         moved.extend(ready);
     }
     Ok(moved)
@@ -173,15 +168,22 @@ async fn insert_runs(
                 .bind(now);
         }
         let inserted = q.execute(&mut **tx).await?.rows_affected();
-        if inserted != new.len() as u64 {
-            return Err(StoreError::Corrupt(format!(
-                "{} runs were due to be created and {inserted} were",
-                new.len()
-            )));
-        }
+        as_read(inserted, new.len(), "runs created")?;
         created.extend(new);
     }
     Ok(created)
+}
+
+/// A write that follows a read of which rows it changes must change exactly those (the
+/// transaction holds the write lock in between); anything else is a store out of order.
+fn as_read(changed: u64, read: usize, what: &str) -> Result<()> {
+    if changed == read as u64 {
+        Ok(())
+    } else {
+        Err(StoreError::Corrupt(format!(
+            "{what}: {changed} rows where a read found {read}"
+        )))
+    }
 }
 
 /// Writes first-attempt tickets and their attempt rows.
@@ -227,4 +229,21 @@ pub(super) async fn insert_tickets(tx: &mut Tx, tickets: &[Ticket], now: i64) ->
         q.execute(&mut **tx).await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_that_changed_other_rows_than_read_is_an_error() {
+        assert!(as_read(3, 3, "runs created").is_ok());
+        for (changed, read) in [(2, 3), (4, 3), (1, 0)] {
+            let err = as_read(changed, read, "runs created").unwrap_err();
+            assert!(
+                matches!(err, StoreError::Corrupt(ref m) if m.starts_with("runs created:")),
+                "{err}"
+            );
+        }
+    }
 }
