@@ -251,8 +251,7 @@ impl Shard {
             // With a backlog, go round at once (after a waiting command, if any). Otherwise
             // to the microsecond: the part of the current millisecond already gone counts.
             let sleep = if self.backlog.is_empty() {
-                let wait_us = wake.saturating_mul(1000) - self.ctx.clock.now_us();
-                Duration::from_micros(wait_us.max(0) as u64)
+                self.ctx.clock.until(wake)
             } else {
                 Duration::ZERO
             };

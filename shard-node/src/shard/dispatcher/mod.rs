@@ -273,11 +273,11 @@ impl Dispatcher {
             }
             self.report_backlog(inflight.len());
             // To the microsecond: the time left in the current millisecond counts (see
-            // `Clock::now_us`), and the alarm does not round the wake-up up to a millisecond.
-            let release = self.held.next_at().map(|at| {
-                let wait_us = at * 1000 - self.ctx.clock.now_us();
-                std::time::Instant::now() + Duration::from_micros(wait_us.max(0) as u64)
-            });
+            // `Clock::until`), and the alarm does not round the wake-up up to a millisecond.
+            let release = self
+                .held
+                .next_at()
+                .map(|at| std::time::Instant::now() + self.ctx.clock.until(at));
             tokio::select! {
                 biased;
                 _ = stop.cancelled() => break,
