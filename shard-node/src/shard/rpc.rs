@@ -368,9 +368,10 @@ impl Shard {
         key: Option<&str>,
         now: i64,
     ) -> Result<ShardReply, ShardError> {
-        let mut replies = self
+        let (mut replies, written) = self
             .create_many(vec![(job_id, spec, key.map(str::to_string))], now)
-            .await?;
+            .await;
+        written?;
         Ok(replies.pop().expect("one reply per request"))
     }
 
@@ -381,32 +382,24 @@ impl Shard {
             .into_iter()
             .map(|c| ((c.job_id, c.spec, c.idempotency_key), c.reply))
             .unzip();
-        match self.create_many(requests, now).await {
-            Ok(answers) => {
-                for (reply, answer) in replies.into_iter().zip(answers) {
-                    let _ = reply.send(answer);
-                }
-                Ok(())
-            }
-            Err(e) => {
-                for reply in replies {
-                    let _ = reply.send(error_reply(&e));
-                }
-                match e {
-                    ShardError::Store(StoreError::Fenced { .. }) => Err(e),
-                    _ => Ok(()),
-                }
-            }
+        let (answers, written) = self.create_many(requests, now).await;
+        for (reply, answer) in replies.into_iter().zip(answers) {
+            let _ = reply.send(answer);
+        }
+        match written {
+            Err(e @ ShardError::Store(StoreError::Fenced { .. })) => Err(e),
+            _ => Ok(()),
         }
     }
 
-    /// Validates and writes jobs; one reply per request, in order. An invalid spec is answered
-    /// without touching the store; the valid ones are written in one transaction.
+    /// Validates and writes jobs; one reply per request, in order, and how the write went. An
+    /// invalid spec is answered without touching the store; the valid ones are written in one
+    /// transaction, and when it fails each of them is answered with its error.
     async fn create_many(
         &mut self,
         requests: Vec<(Uuid, JobSpec, Option<String>)>,
         now: i64,
-    ) -> Result<Vec<ShardReply>, ShardError> {
+    ) -> (Vec<ShardReply>, Result<(), ShardError>) {
         let mut replies: Vec<Option<ShardReply>> = Vec::with_capacity(requests.len());
         let mut rows = Vec::with_capacity(requests.len());
         for (i, (job_id, spec, key)) in requests.into_iter().enumerate() {
@@ -439,7 +432,13 @@ impl Shard {
         if !rows.is_empty() {
             let jobs: Vec<(&JobRow, Option<&str>)> =
                 rows.iter().map(|(_, r, k)| (r, k.as_deref())).collect();
-            let outcomes = self.store.create_jobs(&jobs).await?;
+            let outcomes = match self.store.create_jobs(&jobs).await {
+                Ok(o) => o,
+                Err(e) => {
+                    let e = ShardError::from(e);
+                    return (answered(replies, || error_reply(&e)), Err(e));
+                }
+            };
             for ((i, row, _), outcome) in rows.iter().zip(outcomes) {
                 replies[*i] = Some(match outcome {
                     CreateOutcome::Created => {
@@ -463,10 +462,10 @@ impl Shard {
                 });
             }
         }
-        Ok(replies
-            .into_iter()
-            .map(|r| r.expect("every request answered"))
-            .collect())
+        (
+            answered(replies, || unreachable!("every row answered")),
+            Ok(()),
+        )
     }
 
     async fn trigger(&mut self, job: &JobRow, now: i64) -> Result<ShardReply, ShardError> {
@@ -496,10 +495,66 @@ impl Shard {
     }
 }
 
+/// Every request's reply: the ones given, and `rest()` for the requests still unanswered.
+fn answered(
+    replies: Vec<Option<ShardReply>>,
+    mut rest: impl FnMut() -> ShardReply,
+) -> Vec<ShardReply> {
+    replies
+        .into_iter()
+        .map(|r| r.unwrap_or_else(&mut rest))
+        .collect()
+}
+
 fn invalid(fe: chronoshard_wire::job::FieldError) -> ShardReply {
     ShardReply::Error(RpcError {
         code: RpcErrorCode::Validation,
         message: fe.message,
         field: Some(fe.field),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use chronoshard_wire::{
+        job::FieldError,
+        rpc::{RpcErrorCode, ShardReply},
+    };
+
+    use super::{answered, error_reply, invalid};
+    use crate::shard::{store::StoreError, ShardError};
+
+    /// A batch whose write failed answers its valid creates with the store's error; an invalid
+    /// create in the same batch keeps its own validation error.
+    #[test]
+    fn an_invalid_create_keeps_its_reply_when_the_batch_write_fails() {
+        let e = ShardError::Store(StoreError::Fenced {
+            shard: 3,
+            mine: 1,
+            current: 2,
+        });
+        let bad = invalid(FieldError {
+            field: "schedule.cron".into(),
+            message: "not a cron expression".into(),
+        });
+        let replies = answered(vec![None, Some(bad), None], || error_reply(&e));
+        let codes: Vec<_> = replies
+            .iter()
+            .map(|r| match r {
+                ShardReply::Error(e) => (e.code, e.field.clone()),
+                other => panic!("an error reply, not {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            codes,
+            [
+                (RpcErrorCode::Fenced, None),
+                (RpcErrorCode::Validation, Some("schedule.cron".to_string())),
+                (RpcErrorCode::Fenced, None),
+            ]
+        );
+        assert!(
+            matches!(&replies[1], ShardReply::Error(e) if e.message == "not a cron expression")
+        );
+    }
 }
