@@ -97,11 +97,14 @@ impl Platform {
                     opts.http
                 )
             })?;
+        // The control plane calls the shards of these nodes directly, not over NATS.
+        let local = chronoshard_cluster::LocalShards::default();
         let (cp, task) = ControlPlane::start(
             ControlPlaneOptions {
                 admin_token: token.clone(),
                 shard_count: opts.shards,
                 min_nodes: opts.shard_nodes,
+                local: local.clone(),
             },
             connect("control-plane".into()).await?,
             listener,
@@ -117,6 +120,7 @@ impl Platform {
                     None => chronoshard_shard_node::Databases::Sqlite(opts.data.join("shards")),
                 },
                 shard: opts.shard.clone(),
+                local: local.clone(),
             };
             let nats = connect(format!("node-{i}")).await?;
             let (_, task) = ShardNode::start(node, nats, shutdown.clone()).await?;

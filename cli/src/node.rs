@@ -167,6 +167,8 @@ impl ShardNodeArgs {
         Ok(Options {
             node_id: self.node_id.clone(),
             databases,
+            // A node process has no control plane in it: every call reaches it over NATS.
+            local: Default::default(),
             // Every field: a new knob of the shard config is a compile error here until this
             // command decides whether operators set it.
             shard: ShardConfig {

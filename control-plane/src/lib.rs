@@ -30,6 +30,9 @@ pub struct Options {
     pub shard_count: u32,
     /// Nodes to wait for before the first assignment of a new cluster.
     pub min_nodes: usize,
+    /// Shards of nodes in this process, called without NATS (`chronoshard dev` shares one
+    /// with its nodes); a default one is empty and every call goes over NATS.
+    pub local: chronoshard_cluster::LocalShards,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,7 +70,12 @@ impl ControlPlane {
             .await?;
         let addr = listener.local_addr()?;
         let state = api::AppState::new(api::Shared {
-            router: routing::Router::new(nats.data, config.shard_count, config.job_ids),
+            router: routing::Router::new(
+                nats.data,
+                config.shard_count,
+                config.job_ids,
+                opts.local.clone(),
+            ),
             cluster: cluster.clone(),
             admin_token: Arc::from(opts.admin_token.as_str()),
         });

@@ -532,6 +532,7 @@ impl Env {
                 fire_lead: self.fire_lead,
                 ..ShardConfig::default()
             },
+            local: Default::default(),
         };
         let client = self.nats.client().await?;
         Ok(ShardNode::start(opts, client, self.shutdown.clone()).await?)

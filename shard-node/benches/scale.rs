@@ -498,6 +498,7 @@ async fn node_process(p: NodeParams, began: Instant) -> Res<()> {
         node_id: NODE.into(),
         databases: Databases::Sqlite(p.data.clone().into()),
         shard: ShardConfig::default(),
+        local: Default::default(),
     };
     let start = Instant::now();
     let (_handle, task) = ShardNode::start(opts, client, shutdown.clone()).await?;

@@ -23,6 +23,9 @@ pub struct Options {
     /// Where the shard databases live (SQLite files in a directory, or Postgres schemas).
     pub databases: Databases,
     pub shard: ShardConfig,
+    /// Where this node's shards also take requests from callers in the same process (the
+    /// control plane of `chronoshard dev`); a default one is private to the node.
+    pub local: chronoshard_cluster::LocalShards,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -213,6 +216,7 @@ impl Node {
                 config: self.opts.shard.clone(),
                 cluster: self.cluster.clone(),
                 clock: self.clock.clone(),
+                local: self.opts.local.clone(),
             };
             let task = tokio::spawn(shard::run(ctx, cancel.clone()));
             self.running.insert(

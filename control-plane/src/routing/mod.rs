@@ -1,14 +1,16 @@
 //! Which shard holds a tenant or a job (`placement`, pure), and calling the owner of a shard
-//! over NATS request-reply.
+//! over NATS request-reply, or through `LocalShards` when the owner runs in this process.
 
 mod placement;
 
 use std::time::Duration;
 
+use chronoshard_cluster::LocalShards;
 use chronoshard_wire::{
     names,
-    rpc::{JobIds, ShardReply, ShardRequest},
+    rpc::{JobIds, RpcError, RpcErrorCode, ShardReply, ShardRequest},
 };
+use tokio::sync::oneshot;
 
 pub use placement::{mint_job_id, Placement};
 
@@ -36,6 +38,7 @@ enum Attempt {
 pub struct Router {
     client: async_nats::Client,
     placement: Placement,
+    local: LocalShards,
 }
 
 impl std::fmt::Debug for Router {
@@ -55,10 +58,16 @@ impl std::ops::Deref for Router {
 }
 
 impl Router {
-    pub fn new(client: async_nats::Client, shard_count: u32, job_ids: JobIds) -> Router {
+    pub fn new(
+        client: async_nats::Client,
+        shard_count: u32,
+        job_ids: JobIds,
+        local: LocalShards,
+    ) -> Router {
         Router {
             client,
             placement: Placement::new(shard_count, job_ids),
+            local,
         }
     }
 
@@ -98,6 +107,13 @@ impl Router {
     }
 
     async fn attempt(&self, shard: u32, req: &ShardRequest) -> Attempt {
+        if let Some(calls) = self.local.get(shard) {
+            let (tx, rx) = oneshot::channel();
+            // A closed queue: the shard stopped here since; NATS finds its owner.
+            if calls.send((req.clone(), tx)).await.is_ok() {
+                return local_attempt(shard, rx).await;
+            }
+        }
         let body = serde_json::to_vec(req).expect("request serialises");
         let request = self
             .client
@@ -125,5 +141,75 @@ impl Router {
     /// Sends a request to every shard at once and returns the replies in shard order.
     pub async fn call_all(&self, req: &ShardRequest) -> Vec<Result<ShardReply, ApiError>> {
         futures::future::join_all((0..self.shard_count()).map(|s| self.call(s, req))).await
+    }
+}
+
+/// The answer of a shard served in this process. Where over NATS a shard that lost its epoch
+/// or is closing stays silent, here it answers: a fenced write was refused before it wrote
+/// anything, so it may go again (by then to the new owner); a closing shard may have applied
+/// the request before it stopped, as silence over NATS would leave open.
+async fn local_attempt(shard: u32, reply: oneshot::Receiver<ShardReply>) -> Attempt {
+    match tokio::time::timeout(ATTEMPT_TIMEOUT, reply).await {
+        Ok(Ok(ShardReply::Error(RpcError {
+            code: RpcErrorCode::Fenced,
+            message,
+            ..
+        }))) => Attempt::NotDelivered(format!("shard {shard}: {message}")),
+        Ok(Ok(ShardReply::Error(RpcError {
+            code: RpcErrorCode::NotOwner,
+            message,
+            ..
+        }))) => Attempt::Unknown(format!("shard {shard}: {message}")),
+        Ok(Ok(ShardReply::Error(e))) => Attempt::Reply(Err(e.into())),
+        Ok(Ok(reply)) => Attempt::Reply(Ok(reply)),
+        Ok(Err(_)) => Attempt::Unknown(format!("shard {shard} stopped while answering")),
+        Err(_) => Attempt::Unknown(format!(
+            "shard {shard} did not answer within {ATTEMPT_TIMEOUT:?}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn answered(reply: Option<ShardReply>) -> Attempt {
+        let (tx, rx) = oneshot::channel();
+        match reply {
+            Some(r) => tx.send(r).unwrap(),
+            None => drop(tx),
+        }
+        local_attempt(5, rx).await
+    }
+
+    fn error(code: RpcErrorCode) -> Option<ShardReply> {
+        Some(ShardReply::Error(RpcError::new(code, "why")))
+    }
+
+    /// A fenced shard refused before writing: safe to send again, whatever the request. A closing
+    /// shard, or one that stopped before answering, may have applied it.
+    #[tokio::test]
+    async fn a_local_shards_answers_mean_what_they_mean_over_nats() {
+        assert!(
+            matches!(answered(error(RpcErrorCode::Fenced)).await, Attempt::NotDelivered(w) if w == "shard 5: why")
+        );
+        assert!(matches!(
+            answered(error(RpcErrorCode::NotOwner)).await,
+            Attempt::Unknown(_)
+        ));
+        assert!(matches!(answered(None).await, Attempt::Unknown(w) if w.contains("stopped")));
+        assert!(matches!(
+            answered(error(RpcErrorCode::NotFound)).await,
+            Attempt::Reply(Err(ApiError::NotFound(_)))
+        ));
+        let pong = ShardReply::Pong {
+            shard: 5,
+            epoch: 2,
+            wheel_len: 0,
+        };
+        assert!(matches!(
+            answered(Some(pong)).await,
+            Attempt::Reply(Ok(ShardReply::Pong { epoch: 2, .. }))
+        ));
     }
 }

@@ -4,7 +4,10 @@
 //!
 //! Every role calls `Cluster::connect`, which creates what is missing and leaves what exists, so
 //! any process can start first. This crate must not decide anything (who owns a shard is the
-//! control plane's decision): it reads and writes state and nothing else.
+//! control plane's decision): it reads and writes state and nothing else. `local` is the one
+//! piece that is not in KV: the map of shards served in this process (see its doc).
+
+mod local;
 
 use std::{sync::Arc, time::Duration};
 
@@ -21,6 +24,8 @@ use chronoshard_wire::{
 };
 use futures::TryStreamExt;
 use serde::{de::DeserializeOwned, Serialize};
+
+pub use local::{LocalCall, LocalShards, Registration};
 
 /// How long a node or worker stays listed after its last heartbeat.
 pub const HEARTBEAT_TTL: Duration = Duration::from_secs(6);

@@ -81,6 +81,8 @@ pub struct ShardContext {
     pub config: ShardConfig,
     pub cluster: chronoshard_cluster::Cluster,
     pub clock: SharedClock,
+    /// This process's map of local shards, where the shard registers while it answers requests.
+    pub local: chronoshard_cluster::LocalShards,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -55,13 +55,32 @@ pub(crate) async fn start(
             what: "subscribe to shard requests",
             reason: e.to_string(),
         })?;
+    // Registered once it takes requests over NATS too; `None` only when a newer epoch of this
+    // shard serves here already, whose loop then answers local callers.
+    let mut local = ctx.local.serve(ctx.shard, ctx.epoch);
     let span = tracing::info_span!("rpc", shard_id = ctx.shard);
     Ok(tokio::spawn(
         async move {
             loop {
+                let from_local = async {
+                    match &mut local {
+                        Some((_, calls)) => calls.recv().await,
+                        None => std::future::pending().await,
+                    }
+                };
                 let msg = tokio::select! {
                     _ = stop.cancelled() => break,
                     m = sub.next() => match m { Some(m) => m, None => break },
+                    Some((req, reply)) = from_local => {
+                        let (store, ctx, commands, wheel_len) =
+                            (store.clone(), ctx.clone(), commands.clone(), wheel_len.clone());
+                        // Answered whatever it is: the caller reads `Fenced` / `NotOwner` as
+                        // "not applied here" and asks again.
+                        tokio::spawn(async move {
+                            let _ = reply.send(serve(req, &store, &ctx, &commands, &wheel_len).await);
+                        });
+                        continue;
+                    }
                 };
                 let Some(reply_to) = msg.reply.clone() else {
                     continue;
@@ -95,6 +114,14 @@ pub(crate) async fn start(
                         warn!(error = %e, "could not send shard reply");
                     }
                 });
+            }
+            if let Some((registration, mut calls)) = local {
+                // Calls still queued were not applied: say so, and the callers ask again.
+                drop(registration);
+                calls.close();
+                while let Ok((_, reply)) = calls.try_recv() {
+                    let _ = reply.send(unavailable());
+                }
             }
             let _ = sub.unsubscribe().await;
         }
