@@ -2,9 +2,10 @@
 //! in an append-only file of JSON lines so it survives the worker's crash (`kill -9`).
 //!
 //! A ticket attempt is journalled `started` right before its handler runs, `finished` (with its
-//! outcome) before the result is sent, and `reported` once JetStream stored the result, which
-//! forgets it: a later delivery of a reported attempt is recognised by the shard as over (see
-//! `agent::redelivery`), so the journal only holds attempts in flight. After a restart it answers,
+//! outcome) before the result is sent, and `reported` once the result is stored and the server
+//! confirmed the delivery's ack (`agent::acked`), which forgets it: a later delivery of a
+//! reported attempt is recognised by the shard as over (see `agent::redelivery`), so the
+//! journal only holds attempts in flight. After a restart it answers,
 //! for a delivery of an attempt it holds: do not run it again (started, never finished: the
 //! worker died during it), or send the stored result (finished). It owns only this file; it
 //! never talks to NATS and decides nothing about retries. Lines are written to the OS at once but

@@ -5,6 +5,7 @@
 //! It owns the worker's NATS traffic and its journal file. It never writes to a shard database
 //! and never decides retries: results go to the owning shard, which does.
 
+mod acked;
 mod delivery;
 mod limit;
 mod redelivery;
@@ -122,6 +123,8 @@ pub(crate) struct Ctx {
     beat: Duration,
     start_report_delay: Duration,
     running: delivery::Running,
+    /// Acks the deliveries of reported attempts, then lets the journal forget them.
+    acked: acked::Acked,
     /// Fires when the drain grace is over: running handlers are told to stop.
     hard_stop: CancellationToken,
 }
@@ -171,6 +174,7 @@ impl Worker {
         let running = delivery::Running::default();
         let mut queues = Vec::new();
         let mut consumers = Vec::new();
+        let mut ackers = Vec::new();
         for (queue, reg) in opts.handlers.iter() {
             let mut consumer: PullConsumer = stream
                 .get_or_create_consumer(
@@ -192,6 +196,9 @@ impl Worker {
                 .map_err(|e| nats_error("worker consumer info", e))?
                 .config
                 .ack_wait;
+            // One per consumer: acks are confirmed in the order one consumer applies them.
+            let (acked, acking) = acked::Acked::start(journal.clone());
+            ackers.push(acking);
             let ctx = Ctx {
                 client: cluster.client.clone(),
                 reporter: reporter.clone(),
@@ -201,6 +208,7 @@ impl Worker {
                 beat: (ack_wait / 3).clamp(Duration::from_millis(100), MAX_BEAT),
                 start_report_delay: opts.start_report_delay,
                 running: running.clone(),
+                acked,
                 hard_stop: hard_stop.clone(),
             };
             let permits = Arc::new(Semaphore::new(reg.limits.concurrency.max(1)));
@@ -271,6 +279,10 @@ impl Worker {
                 // The journal (and its lock) is free once the last task holding it has ended.
                 for c in consumers {
                     let _ = c.await;
+                }
+                // The last acks go out once every delivery task is gone.
+                for a in ackers {
+                    let _ = a.await;
                 }
                 stopped.cancel();
                 // No heartbeat may land after the registry entry is removed.

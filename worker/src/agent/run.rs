@@ -98,7 +98,7 @@ pub(super) async fn run_one(ctx: &Ctx, reg: &Registered, msg: Message) {
             warn!(error = %e, "outcome not journalled");
         }
         if deliver(ctx, &ticket, &outcome, unreported_start, delivery).await {
-            acknowledge(ctx, &ticket, delivery).await;
+            acknowledge(ctx, &ticket, delivery);
         }
     }
     .instrument(span)
@@ -237,13 +237,12 @@ async fn deliver(
     }
 }
 
-/// Acknowledges the delivery of a reported attempt and, once the server confirmed the ack,
-/// lets the journal forget the attempt. An ack that may be lost leaves the outcome journalled,
+/// Acknowledges the delivery of a reported attempt; once the server confirmed the ack, the
+/// journal forgets the attempt (`acked`). An ack that may be lost leaves the outcome journalled,
 /// so a redelivery here sends it again rather than running the work.
-async fn acknowledge(ctx: &Ctx, ticket: &Ticket, delivery: &Delivery) {
-    if delivery.current().double_ack().await.is_ok() {
-        let _ = ctx.journal.reported(ticket.ticket_id, ticket.attempt);
-    }
+fn acknowledge(ctx: &Ctx, ticket: &Ticket, delivery: &Delivery) {
+    ctx.acked
+        .ack(ticket.ticket_id, ticket.attempt, delivery.current());
 }
 
 fn not_run_again(ctx: &Ctx, seen: &str) {
