@@ -92,8 +92,12 @@ impl Store {
                 // One connection: SQLite has one writer anyway, and a second connection would
                 // wait on the lock in SQLite's busy handler (sleeping 1, 2, 5, 10 ms…) instead
                 // of queueing, and lose its page cache whenever the other one writes.
+                // No ping before each use (sqlx's default): a file opened in this process does
+                // not hang up, and for SQLite a ping is one more trip to the connection's
+                // thread, on every transaction and every read.
                 let pool = AnyPoolOptions::new()
                     .max_connections(1)
+                    .test_before_acquire(false)
                     .after_connect(|conn, _| {
                         Box::pin(async move {
                             // WAL + NORMAL survives a process crash; only an OS crash may lose
@@ -114,6 +118,7 @@ impl Store {
                     .await?;
                 let checkpointer = AnyPoolOptions::new()
                     .max_connections(1)
+                    .test_before_acquire(false)
                     .connect_with(url.parse::<AnyConnectOptions>()?)
                     .await?;
                 (pool, Some(checkpointer), &SQLITE_MIGRATOR)
