@@ -224,10 +224,10 @@ async fn drive(
     // Probes first, so nothing the platform does is missed.
     let stop_probes = CancellationToken::new();
     let dropped = probe::nats::Dropped::default();
-    let client = probe::nats::connect(&platform.nats_url, "loadtest-watch", &dropped).await?;
     let feed = Arc::new(probe::nats::Feed::default());
     let watcher = probe::nats::watch(
-        client.clone(),
+        &platform.nats_url,
+        &dropped,
         ctx.run_id.clone(),
         ctx.counters.clone(),
         feed.clone(),
@@ -360,7 +360,7 @@ async fn drive(
         }
     }
     ctx.phase("draining");
-    let js = async_nats::jetstream::new(client.clone());
+    let js = async_nats::jetstream::new(async_nats::connect(&platform.nats_url).await?);
     let queue = (s.target == Target::Noop).then_some(queue.as_str());
     let drained = drain::until_done(&mut remaining, &js, queue, deadline).await;
     if drained.undone > 0 {

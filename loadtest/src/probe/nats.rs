@@ -197,48 +197,44 @@ impl State {
 /// the first `succeeded` result of each attempt (and counts starts, reported alone or in a final
 /// result, for the progress line).
 ///
-/// One task only takes messages off the subscriptions and stamps them; another parses them.
-/// Parsing every ticket and result costs far more than taking one off a queue: done in the same
-/// task, at high rates the messages waited in the subscription's queue and the wait counted as
-/// the platform's lateness.
+/// One thread only takes messages off the subscriptions and stamps them, on a runtime and a
+/// NATS connection of its own (`url`); a task of the caller's runtime parses them. Parsing every
+/// ticket and result costs far more than taking one off a queue: done in the same task, at high
+/// rates the messages waited in the subscription's queue, and stamped in the caller's runtime
+/// they waited behind the load test's own tasks (its HTTP client creating 5,000 jobs/s); either
+/// wait counted as the platform's lateness.
 ///
 /// Both subscriptions share one connection and the dispatch one is read first, so a result
 /// nearly always finds its ticket known; one that does not (seen once on a loaded machine) is
 /// kept aside until its ticket shows up rather than dropped. After `stop` it reads on until
 /// nothing arrives for a moment, so what nats-server already sent is not lost.
 pub async fn watch(
-    client: async_nats::Client,
+    url: &str,
+    dropped: &Dropped,
     run: String,
     counters: Arc<Counters>,
     feed: Arc<Feed>,
     stop: CancellationToken,
 ) -> anyhow::Result<JoinHandle<Watched>> {
-    let mut tickets = client
-        .subscribe(chronoshard_wire::names::DISPATCH_SUBJECTS)
-        .await?;
-    let mut results = client
-        .subscribe(chronoshard_wire::names::RESULT_SUBJECTS)
-        .await?;
-    client.flush().await?;
     let (stamped, mut to_parse) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let mut stopping = false;
-        loop {
-            let quiet = tokio::time::sleep(QUIET);
-            tokio::select! {
-                biased;
-                _ = stop.cancelled(), if !stopping => stopping = true,
-                Some(msg) = tickets.next() => {
-                    let _ = stamped.send((Seen::Ticket, msg.payload, now_us()));
+    let (ready, subscribed) = tokio::sync::oneshot::channel();
+    let (url, dropped) = (url.to_string(), dropped.clone());
+    std::thread::Builder::new()
+        .name("loadtest-watch".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
+            match runtime {
+                Ok(rt) => rt.block_on(stamp(url, dropped, stamped, ready, stop)),
+                Err(e) => {
+                    let _ = ready.send(Err(e.into()));
                 }
-                Some(msg) = results.next() => {
-                    let _ = stamped.send((Seen::Result, msg.payload, now_us()));
-                }
-                _ = quiet, if stopping => break,
-                else => break,
             }
-        }
-    });
+        })?;
+    subscribed
+        .await
+        .map_err(|_| anyhow::anyhow!("the watcher thread ended before it subscribed"))??;
     Ok(tokio::spawn(async move {
         let mut st = State::default();
         while let Some((seen, payload, at_us)) = to_parse.recv().await {
@@ -260,6 +256,52 @@ pub async fn watch(
         }
         st.seen
     }))
+}
+
+/// The watcher thread: subscribes (and says so on `ready`), then stamps each message as it
+/// arrives until `stop` and a quiet moment.
+async fn stamp(
+    url: String,
+    dropped: Dropped,
+    stamped: tokio::sync::mpsc::UnboundedSender<(Seen, bytes::Bytes, i64)>,
+    ready: tokio::sync::oneshot::Sender<anyhow::Result<()>>,
+    stop: CancellationToken,
+) {
+    let subscribed = async {
+        let client = connect(&url, "loadtest-watch", &dropped).await?;
+        let tickets = client
+            .subscribe(chronoshard_wire::names::DISPATCH_SUBJECTS)
+            .await?;
+        let results = client
+            .subscribe(chronoshard_wire::names::RESULT_SUBJECTS)
+            .await?;
+        client.flush().await?;
+        anyhow::Ok((client, tickets, results))
+    };
+    let (_client, mut tickets, mut results) = match subscribed.await {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = ready.send(Err(e));
+            return;
+        }
+    };
+    let _ = ready.send(Ok(()));
+    let mut stopping = false;
+    loop {
+        let quiet = tokio::time::sleep(QUIET);
+        tokio::select! {
+            biased;
+            _ = stop.cancelled(), if !stopping => stopping = true,
+            Some(msg) = tickets.next() => {
+                let _ = stamped.send((Seen::Ticket, msg.payload, now_us()));
+            }
+            Some(msg) = results.next() => {
+                let _ = stamped.send((Seen::Result, msg.payload, now_us()));
+            }
+            _ = quiet, if stopping => break,
+            else => break,
+        }
+    }
 }
 
 /// Which subscription a message came from.
@@ -295,4 +337,27 @@ pub async fn queue_unfinished(
     };
     let info = consumer.info().await?;
     Ok(info.num_pending + info.num_ack_pending as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A watcher that cannot subscribe fails the run at once instead of watching nothing.
+    #[tokio::test]
+    async fn a_watcher_without_a_server_is_an_error() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("nats://{}", closed.local_addr().unwrap());
+        drop(closed);
+        let watched = watch(
+            &url,
+            &Dropped::default(),
+            "run".into(),
+            Arc::new(Counters::default()),
+            Arc::new(Feed::default()),
+            CancellationToken::new(),
+        )
+        .await;
+        assert!(watched.is_err());
+    }
 }
