@@ -34,7 +34,7 @@ async fn the_api_reaches_local_shards_without_nats_and_nats_still_reaches_them()
             break;
         }
     }
-    assert_eq!(answered.len(), 8, "64 tenants spread over every shard");
+    assert_eq!(answered.len(), 8, "256 tenants reach every shard");
 
     let nats = async_nats::connect(&p.nats_url).await.unwrap();
     let mut sniff = nats.subscribe("chronoshard.shard.*.rpc").await.unwrap();

@@ -144,24 +144,21 @@ impl Router {
     }
 }
 
-/// The answer of a shard served in this process. Where over NATS a shard that lost its epoch
-/// or is closing stays silent, here it answers: a fenced write was refused before it wrote
-/// anything, so it may go again (by then to the new owner); a closing shard may have applied
-/// the request before it stopped, as silence over NATS would leave open.
-async fn local_attempt(shard: u32, reply: oneshot::Receiver<ShardReply>) -> Attempt {
+/// The answer of a shard served in this process. Over NATS a shard that lost its epoch or is
+/// closing stays silent; here it answers, and that answer means what silence means: the request
+/// may have been applied in part (a tenant's trigger fires job by job, each in its own
+/// transaction, and the fence may stop it half way), so only a request safe to resend goes
+/// again. A call the shard never took went nowhere and may go again.
+async fn local_attempt(shard: u32, reply: oneshot::Receiver<Option<ShardReply>>) -> Attempt {
     match tokio::time::timeout(ATTEMPT_TIMEOUT, reply).await {
-        Ok(Ok(ShardReply::Error(RpcError {
-            code: RpcErrorCode::Fenced,
+        Ok(Ok(None)) => Attempt::NotDelivered(format!("shard {shard} stopped here")),
+        Ok(Ok(Some(ShardReply::Error(RpcError {
+            code: RpcErrorCode::Fenced | RpcErrorCode::NotOwner,
             message,
             ..
-        }))) => Attempt::NotDelivered(format!("shard {shard}: {message}")),
-        Ok(Ok(ShardReply::Error(RpcError {
-            code: RpcErrorCode::NotOwner,
-            message,
-            ..
-        }))) => Attempt::Unknown(format!("shard {shard}: {message}")),
-        Ok(Ok(ShardReply::Error(e))) => Attempt::Reply(Err(e.into())),
-        Ok(Ok(reply)) => Attempt::Reply(Ok(reply)),
+        })))) => Attempt::Unknown(format!("shard {shard}: {message}")),
+        Ok(Ok(Some(ShardReply::Error(e)))) => Attempt::Reply(Err(e.into())),
+        Ok(Ok(Some(reply))) => Attempt::Reply(Ok(reply)),
         Ok(Err(_)) => Attempt::Unknown(format!("shard {shard} stopped while answering")),
         Err(_) => Attempt::Unknown(format!(
             "shard {shard} did not answer within {ATTEMPT_TIMEOUT:?}"
@@ -173,7 +170,8 @@ async fn local_attempt(shard: u32, reply: oneshot::Receiver<ShardReply>) -> Atte
 mod tests {
     use super::*;
 
-    async fn answered(reply: Option<ShardReply>) -> Attempt {
+    /// What the caller hears: `None` = the shard dropped the reply without answering.
+    async fn answered(reply: Option<Option<ShardReply>>) -> Attempt {
         let (tx, rx) = oneshot::channel();
         match reply {
             Some(r) => tx.send(r).unwrap(),
@@ -182,22 +180,22 @@ mod tests {
         local_attempt(5, rx).await
     }
 
-    fn error(code: RpcErrorCode) -> Option<ShardReply> {
-        Some(ShardReply::Error(RpcError::new(code, "why")))
+    fn error(code: RpcErrorCode) -> Option<Option<ShardReply>> {
+        Some(Some(ShardReply::Error(RpcError::new(code, "why"))))
     }
 
-    /// A fenced shard refused before writing: safe to send again, whatever the request. A closing
-    /// shard, or one that stopped before answering, may have applied it.
+    /// A fenced or closing shard, or one that stopped while answering, may have applied the
+    /// request (as silence over NATS says); one that never took the call did not.
     #[tokio::test]
     async fn a_local_shards_answers_mean_what_they_mean_over_nats() {
-        assert!(
-            matches!(answered(error(RpcErrorCode::Fenced)).await, Attempt::NotDelivered(w) if w == "shard 5: why")
-        );
-        assert!(matches!(
-            answered(error(RpcErrorCode::NotOwner)).await,
-            Attempt::Unknown(_)
-        ));
-        assert!(matches!(answered(None).await, Attempt::Unknown(w) if w.contains("stopped")));
+        let fenced = answered(error(RpcErrorCode::Fenced)).await;
+        assert!(matches!(fenced, Attempt::Unknown(w) if w == "shard 5: why"));
+        let closing = answered(error(RpcErrorCode::NotOwner)).await;
+        assert!(matches!(closing, Attempt::Unknown(_)));
+        let dropped = answered(None).await;
+        assert!(matches!(dropped, Attempt::Unknown(w) if w.contains("stopped while")));
+        let not_taken = answered(Some(None)).await;
+        assert!(matches!(not_taken, Attempt::NotDelivered(_)));
         assert!(matches!(
             answered(error(RpcErrorCode::NotFound)).await,
             Attempt::Reply(Err(ApiError::NotFound(_)))
@@ -208,7 +206,7 @@ mod tests {
             wheel_len: 0,
         };
         assert!(matches!(
-            answered(Some(pong)).await,
+            answered(Some(Some(pong))).await,
             Attempt::Reply(Ok(ShardReply::Pong { epoch: 2, .. }))
         ));
     }

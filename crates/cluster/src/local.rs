@@ -4,7 +4,8 @@
 //!
 //! A shard registers under its epoch when it starts answering requests and leaves when it
 //! stops; the newest epoch wins, so while a shard moves between two nodes of this process a
-//! caller reaches the new owner. A shard that is not registered here is reached over NATS as
+//! caller reaches the new owner. A call the shard did not take before it stopped is answered
+//! `None`: nothing of it was applied. A shard that is not registered here is reached over NATS as
 //! before. The protocol on the shard's request subject is unchanged: this is a shortcut to the
 //! same handler, not a second protocol. It owns only the map; it decides nothing.
 
@@ -16,8 +17,9 @@ use std::{
 use chronoshard_wire::rpc::{ShardReply, ShardRequest};
 use tokio::sync::{mpsc, oneshot};
 
-/// A request to a local shard and where its reply goes.
-pub type LocalCall = (ShardRequest, oneshot::Sender<ShardReply>);
+/// A request to a local shard and where its reply goes: `None` when the shard stopped without
+/// taking it.
+pub type LocalCall = (ShardRequest, oneshot::Sender<Option<ShardReply>>);
 
 /// Requests a local shard may have queued before callers wait (NATS buffers similarly).
 const QUEUE: usize = 1024;
@@ -37,17 +39,21 @@ impl std::fmt::Debug for LocalShards {
     }
 }
 
-/// A shard's place in `LocalShards`; dropping it leaves (unless a newer epoch took the place).
+/// A shard's place in `LocalShards`; dropping it leaves (unless another registration of the
+/// shard took the place since).
 pub struct Registration {
     shards: LocalShards,
     shard: u32,
-    epoch: u64,
+    calls: mpsc::Sender<LocalCall>,
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
         let mut map = self.shards.lock();
-        if map.get(&self.shard).is_some_and(|(e, _)| *e == self.epoch) {
+        if map
+            .get(&self.shard)
+            .is_some_and(|(_, tx)| tx.same_channel(&self.calls))
+        {
             map.remove(&self.shard);
         }
     }
@@ -71,11 +77,11 @@ impl LocalShards {
             return None;
         }
         let (tx, rx) = mpsc::channel(QUEUE);
-        map.insert(shard, (epoch, tx));
+        map.insert(shard, (epoch, tx.clone()));
         let registration = Registration {
             shards: self.clone(),
             shard,
-            epoch,
+            calls: tx,
         };
         Some((registration, rx))
     }
@@ -112,6 +118,11 @@ mod tests {
         assert!(local.get(3).is_some(), "epoch 1 leaving keeps epoch 2");
         drop(new);
         assert!(local.get(3).is_none());
+        // The same epoch registered again: the first registration leaving keeps the second.
+        let (first, _) = local.serve(4, 1).unwrap();
+        let (_second, _) = local.serve(4, 1).unwrap();
+        drop(first);
+        assert!(local.get(4).is_some());
     }
 
     #[test]

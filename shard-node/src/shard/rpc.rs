@@ -74,10 +74,11 @@ pub(crate) async fn start(
                     Some((req, reply)) = from_local => {
                         let (store, ctx, commands, wheel_len) =
                             (store.clone(), ctx.clone(), commands.clone(), wheel_len.clone());
-                        // Answered whatever it is: the caller reads `Fenced` / `NotOwner` as
-                        // "not applied here" and asks again.
+                        // Answered whatever it is: the caller reads `Fenced` / `NotOwner` as it
+                        // reads silence over NATS.
                         tokio::spawn(async move {
-                            let _ = reply.send(serve(req, &store, &ctx, &commands, &wheel_len).await);
+                            let answer = serve(req, &store, &ctx, &commands, &wheel_len).await;
+                            let _ = reply.send(Some(answer));
                         });
                         continue;
                     }
@@ -116,11 +117,12 @@ pub(crate) async fn start(
                 });
             }
             if let Some((registration, mut calls)) = local {
-                // Calls still queued were not applied: say so, and the callers ask again.
+                // Calls still queued (or being queued: `recv` waits for a send under way) were
+                // not taken: say so, and the callers ask again.
                 drop(registration);
                 calls.close();
-                while let Ok((_, reply)) = calls.try_recv() {
-                    let _ = reply.send(unavailable());
+                while let Some((_, reply)) = calls.recv().await {
+                    let _ = reply.send(None);
                 }
             }
             let _ = sub.unsubscribe().await;

@@ -197,7 +197,7 @@ impl Worker {
                 .config
                 .ack_wait;
             // One per consumer: acks are confirmed in the order one consumer applies them.
-            let (acked, acking) = acked::Acked::start(journal.clone());
+            let (acked, acking) = acked::Acked::start(cluster.client.clone(), journal.clone());
             ackers.push(acking);
             let ctx = Ctx {
                 client: cluster.client.clone(),
