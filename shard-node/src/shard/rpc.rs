@@ -58,7 +58,13 @@ pub(crate) async fn start(
     // Registered once it takes requests over NATS too; `None` only when a newer epoch of this
     // shard serves here already, whose loop then answers local callers.
     let mut local = ctx.local.serve(ctx.shard, ctx.epoch);
-    let span = tracing::info_span!("rpc", shard_id = ctx.shard);
+    let server = Server {
+        store,
+        ctx,
+        commands,
+        wheel_len,
+    };
+    let span = tracing::info_span!("rpc", shard_id = server.ctx.shard);
     Ok(tokio::spawn(
         async move {
             loop {
@@ -72,13 +78,11 @@ pub(crate) async fn start(
                     _ = stop.cancelled() => break,
                     m = sub.next() => match m { Some(m) => m, None => break },
                     Some((req, reply)) = from_local => {
-                        let (store, ctx, commands, wheel_len) =
-                            (store.clone(), ctx.clone(), commands.clone(), wheel_len.clone());
+                        let server = server.clone();
                         // Answered whatever it is: the caller reads `Fenced` / `NotOwner` as it
                         // reads silence over NATS.
                         tokio::spawn(async move {
-                            let answer = serve(req, &store, &ctx, &commands, &wheel_len).await;
-                            let _ = reply.send(Some(answer));
+                            let _ = reply.send(Some(serve(req, &server).await));
                         });
                         continue;
                     }
@@ -86,16 +90,10 @@ pub(crate) async fn start(
                 let Some(reply_to) = msg.reply.clone() else {
                     continue;
                 };
-                let (store, ctx, commands, wheel_len, client) = (
-                    store.clone(),
-                    ctx.clone(),
-                    commands.clone(),
-                    wheel_len.clone(),
-                    client.clone(),
-                );
+                let (server, client) = (server.clone(), client.clone());
                 tokio::spawn(async move {
                     let reply = match serde_json::from_slice::<ShardRequest>(&msg.payload) {
-                        Ok(req) => serve(req, &store, &ctx, &commands, &wheel_len).await,
+                        Ok(req) => serve(req, &server).await,
                         Err(e) => ShardReply::Error(RpcError::new(
                             RpcErrorCode::Validation,
                             format!("bad request: {e}"),
@@ -131,13 +129,23 @@ pub(crate) async fn start(
     ))
 }
 
-async fn serve(
-    req: ShardRequest,
-    store: &Store,
-    ctx: &ShardContext,
-    commands: &mpsc::Sender<Command>,
-    wheel_len: &AtomicU64,
-) -> ShardReply {
+/// What answering a request needs, over NATS or from this process; cloned into each request's
+/// task.
+#[derive(Clone)]
+struct Server {
+    store: Store,
+    ctx: ShardContext,
+    commands: mpsc::Sender<Command>,
+    wheel_len: Arc<AtomicU64>,
+}
+
+async fn serve(req: ShardRequest, server: &Server) -> ShardReply {
+    let Server {
+        store,
+        ctx,
+        commands,
+        wheel_len,
+    } = server;
     let read = async {
         Ok::<_, ShardError>(match req {
             ShardRequest::GetJob { job_id } => match store.get_job(job_id).await? {
