@@ -200,6 +200,12 @@ async fn an_older_epoch_is_fenced_once_a_newer_owner_opens(db: TestDb) {
         Err(StoreError::Fenced { .. })
     ));
     assert_eq!(new.list_jobs(None, None, 10).await.unwrap().len(), 1);
+    // a refused write leaves no transaction open: the old owner still reads, and is refused again
+    assert_eq!(old.list_jobs(None, None, 10).await.unwrap().len(), 1);
+    assert!(matches!(
+        old.create_job(&job("t", 7), None).await,
+        Err(StoreError::Fenced { current: 2, .. })
+    ));
     // an older owner cannot even reopen
     assert!(matches!(open(&db, 1).await, Err(StoreError::Fenced { .. })));
     fire(
@@ -464,7 +470,35 @@ fn rows_that_do_not_decode_are_a_corrupt_store_not_a_panic() {
     );
 }
 
+/// Without its epoch row a shard database accepts no write: there is no owner to check against.
+async fn a_database_without_its_epoch_row_refuses_writes(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
+    sqlx::query("DELETE FROM shard_meta")
+        .execute(&s.pool)
+        .await
+        .unwrap();
+    let err = s.create_job(&job("t", 5), None).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Fenced {
+                mine: 1,
+                current: 0,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(s.list_jobs(None, None, 10).await.unwrap().is_empty());
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM shard_meta")
+        .fetch_one(&s.pool)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0, "the refused write inserted nothing");
+}
+
 store_tests!(
+    a_database_without_its_epoch_row_refuses_writes,
     rows_read_as_json_keep_every_value,
     an_older_epoch_is_fenced_once_a_newer_owner_opens,
     one_ticket_per_occurrence_and_stale_entries_write_nothing,
