@@ -8,6 +8,8 @@
 //! piece that is not in KV: the map of shards served in this process (see its doc).
 
 mod local;
+#[cfg(test)]
+mod tests;
 
 use std::{sync::Arc, time::Duration};
 
@@ -200,32 +202,16 @@ impl Cluster {
 
     /// Every shard assignment with its KV revision (for compare-and-swap updates).
     pub async fn assignments(&self) -> Result<Vec<(ShardAssignment, u64)>> {
-        let keys: Vec<String> = self
-            .buckets
-            .shards
-            .keys()
-            .await
-            .map_err(nats("list shard map"))?
-            .try_collect()
-            .await
-            .map_err(nats("list shard map"))?;
         let mut out = Vec::new();
-        for key in keys.iter().filter(|k| k.starts_with("shard.")) {
-            if let Some(entry) = self
-                .buckets
-                .shards
-                .entry(key)
-                .await
-                .map_err(nats("read shard map"))?
-            {
-                if entry.operation == kv::Operation::Put {
-                    let a =
-                        serde_json::from_slice(&entry.value).map_err(|source| Error::Decode {
-                            what: "shard map",
-                            source,
-                        })?;
-                    out.push((a, entry.revision));
-                }
+        for (key, value, revision) in latest(
+            &self.buckets.shards,
+            self.client.new_inbox(),
+            "read shard map",
+        )
+        .await?
+        {
+            if key.starts_with("shard.") {
+                out.push((decode(&value, "shard map")?, revision));
             }
         }
         out.sort_by_key(|(a, _): &(ShardAssignment, u64)| a.shard);
@@ -287,7 +273,7 @@ impl Cluster {
 
     /// Nodes whose heartbeat has not expired.
     pub async fn live_nodes(&self) -> Result<Vec<NodeInfo>> {
-        all_json(&self.buckets.nodes, "list nodes").await
+        all_json(&self.buckets.nodes, self.client.new_inbox(), "list nodes").await
     }
 
     pub async fn heartbeat_worker(&self, info: &WorkerInfo) -> Result<()> {
@@ -300,7 +286,12 @@ impl Cluster {
     }
 
     pub async fn live_workers(&self) -> Result<Vec<WorkerInfo>> {
-        all_json(&self.buckets.workers, "list workers").await
+        all_json(
+            &self.buckets.workers,
+            self.client.new_inbox(),
+            "list workers",
+        )
+        .await
     }
 
     /// Removes a node or worker from the registry at once (clean shutdown).
@@ -391,19 +382,85 @@ async fn get_json<T: DeserializeOwned>(
     }
 }
 
-async fn all_json<T: DeserializeOwned>(kv: &Store, what: &'static str) -> Result<Vec<T>> {
-    let keys: Vec<String> = kv
-        .keys()
+async fn all_json<T: DeserializeOwned>(
+    kv: &Store,
+    inbox: String,
+    what: &'static str,
+) -> Result<Vec<T>> {
+    latest(kv, inbox, what)
+        .await?
+        .iter()
+        .map(|(_, value, _)| decode(value, what))
+        .collect()
+}
+
+fn decode<T: DeserializeOwned>(value: &[u8], what: &'static str) -> Result<T> {
+    serde_json::from_slice(value).map_err(|source| Error::Decode { what, source })
+}
+
+/// Longest wait for a bucket's current values (`latest`).
+const READ_ALL_WITHIN: Duration = Duration::from_secs(10);
+
+/// Every key of a bucket that holds a value, with the value and its revision: one ordered
+/// consumer delivering the last message of each key, values included. Listing the keys
+/// (`Store::keys`, the same consumer without the values) and then reading each was one request
+/// per key: at 1,024 shards, the control plane's assignment loop sent over a thousand requests
+/// every second. Deleted and purged keys (and expired-heartbeat markers) are left out, as
+/// `Store::get` leaves them out. `inbox`: a fresh inbox subject for the consumer to deliver to.
+async fn latest(
+    kv: &Store,
+    inbox: String,
+    what: &'static str,
+) -> Result<Vec<(String, Bytes, u64)>> {
+    let read = async {
+        let consumer = kv
+            .stream
+            .create_consumer(jetstream::consumer::push::OrderedConfig {
+                deliver_subject: inbox,
+                filter_subject: format!("{}>", kv.prefix),
+                deliver_policy: jetstream::consumer::DeliverPolicy::LastPerSubject,
+                replay_policy: jetstream::consumer::ReplayPolicy::Instant,
+                ..Default::default()
+            })
+            .await
+            .map_err(nats(what))?;
+        let mut out = Vec::new();
+        if consumer.cached_info().num_pending == 0 {
+            return Ok(out);
+        }
+        let mut messages = consumer.messages().await.map_err(nats(what))?;
+        while let Some(m) = messages.try_next().await.map_err(nats(what))? {
+            let info = m.info().map_err(|e| Error::Nats {
+                what,
+                source: e.to_string().into(),
+            })?;
+            let (revision, pending) = (info.stream_sequence, info.pending);
+            if is_put(&m) {
+                if let Some(key) = m.subject.strip_prefix(kv.prefix.as_str()) {
+                    out.push((key.to_string(), m.payload.clone(), revision));
+                }
+            }
+            if pending == 0 {
+                return Ok(out);
+            }
+        }
+        Err(Error::Nats {
+            what,
+            source: "the bucket's consumer ended before the last key".into(),
+        })
+    };
+    tokio::time::timeout(READ_ALL_WITHIN, read)
         .await
         .map_err(nats(what))?
-        .try_collect()
-        .await
-        .map_err(nats(what))?;
-    let mut out = Vec::with_capacity(keys.len());
-    for key in keys {
-        if let Some(v) = get_json(kv, &key, what).await? {
-            out.push(v);
-        }
+}
+
+/// A KV message that sets a value, not a delete, purge or expiry marker.
+fn is_put(m: &jetstream::Message) -> bool {
+    let Some(headers) = m.headers.as_ref() else {
+        return true;
+    };
+    match headers.get("KV-Operation") {
+        Some(op) => op.as_str() == "PUT",
+        None => headers.get("Nats-Marker-Reason").is_none(),
     }
-    Ok(out)
 }

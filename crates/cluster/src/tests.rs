@@ -1,0 +1,80 @@
+//! The cluster state read back whole (`latest`), against a nats-server of the test's own.
+
+use chronoshard_wire::rpc::{NodeInfo, ShardAssignment};
+
+use super::{Cluster, Error};
+
+fn node(id: &str) -> NodeInfo {
+    NodeInfo {
+        node_id: id.into(),
+        started_at: chrono::Utc::now(),
+        heartbeat_at: chrono::Utc::now(),
+        shards: vec![],
+    }
+}
+
+fn assignment(shard: u32, owner: &str, epoch: u64) -> ShardAssignment {
+    ShardAssignment {
+        shard,
+        owner: owner.into(),
+        epoch,
+    }
+}
+
+/// Every key is read once, at its last value and revision, also past the first batch of
+/// messages the server sends; removed keys are left out; an empty bucket reads as empty.
+#[tokio::test]
+async fn the_whole_state_reads_back_at_its_last_revisions() {
+    let nats = chronoshard_test_util::Nats::start().await.unwrap();
+    let cluster = Cluster::connect(nats.client().await.unwrap())
+        .await
+        .unwrap();
+    assert!(cluster.assignments().await.unwrap().is_empty());
+    assert!(cluster.live_workers().await.unwrap().is_empty());
+
+    let shards = 300u32;
+    let mut revisions = Vec::new();
+    for shard in 0..shards {
+        let a = assignment(shard, "node-a", 1);
+        revisions.push(cluster.put_assignment(&a, None).await.unwrap());
+    }
+    // Every third shard moves: its key gets a second revision.
+    for shard in (0..shards).step_by(3) {
+        let a = assignment(shard, "node-b", 2);
+        let rev = revisions[shard as usize];
+        revisions[shard as usize] = cluster.put_assignment(&a, Some(rev)).await.unwrap();
+    }
+    let read = cluster.assignments().await.unwrap();
+    assert_eq!(read.len(), shards as usize);
+    for (i, (a, rev)) in read.iter().enumerate() {
+        let moved = i % 3 == 0;
+        let want = assignment(
+            i as u32,
+            if moved { "node-b" } else { "node-a" },
+            if moved { 2 } else { 1 },
+        );
+        assert_eq!(a, &want);
+        assert_eq!(*rev, revisions[i], "shard {i}");
+    }
+    // The revision read is the one a compare-and-swap needs; an older one loses.
+    let a = assignment(1, "node-c", 3);
+    cluster.put_assignment(&a, Some(read[1].1)).await.unwrap();
+    assert!(matches!(
+        cluster.put_assignment(&a, Some(read[1].1)).await,
+        Err(Error::Conflict { .. })
+    ));
+
+    for id in ["n1", "n2", "n3"] {
+        cluster.heartbeat_node(&node(id)).await.unwrap();
+    }
+    cluster.forget_node("n2").await.unwrap();
+    let mut live: Vec<String> = cluster
+        .live_nodes()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|n| n.node_id)
+        .collect();
+    live.sort();
+    assert_eq!(live, ["n1", "n3"]);
+}
