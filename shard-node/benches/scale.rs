@@ -50,10 +50,13 @@
 //! - `SCALE_BENCH_OBSERVE_S` [10]: RSS sampling after settling.
 //! - `SCALE_BENCH_TIMEOUT_S` [1800]: the deadline for the node to open and settle.
 //! - `SCALE_BENCH_DIR` [the system temp dir]: where the shard files are written.
+//! - `SCALE_BENCH_POSTGRES` [0]: 1 keeps the shards in PostgreSQL instead (one schema per shard,
+//!   as `Databases::Postgres`): a server of the bench's own (initdb into the system temp dir,
+//!   default settings), a new database per N; "disk" is then `pg_database_size`.
 //!
 //! Not measured: recurring schedules (a cron job holds one row too, but its fire evaluates the
 //! schedule), jobs created through the API while the node runs (the shard's create path), the
-//! fire path at this scale, Postgres shards, more than one node.
+//! fire path at this scale, more than one node.
 
 use std::{
     path::Path,
@@ -115,6 +118,7 @@ struct Config {
     observe: Duration,
     timeout: Duration,
     dir: std::path::PathBuf,
+    postgres: bool,
 }
 
 impl Config {
@@ -141,6 +145,7 @@ impl Config {
             dir: std::env::var_os("SCALE_BENCH_DIR")
                 .map(Into::into)
                 .unwrap_or_else(std::env::temp_dir),
+            postgres: env_num("SCALE_BENCH_POSTGRES", 0u32)? != 0,
         })
     }
 }
@@ -149,8 +154,9 @@ async fn run() -> Res<()> {
     let cfg = Config::from_env()?;
     let started = Utc::now();
     let horizon = ShardConfig::default().horizon;
+    let backend = if cfg.postgres { "postgres" } else { "sqlite" };
     println!(
-        "scale bench: {} cores ({}), {} MiB RAM, load average {}; N = {:?}, {} shards, {} tenants per shard, due over {} days, horizon {} s",
+        "scale bench: {} cores ({}), {} MiB RAM, load average {}; N = {:?}, {} shards on {backend}, {} tenants per shard, due over {} days, horizon {} s",
         cores(),
         cpu_model(),
         mem_total_kib() / 1024,
@@ -170,6 +176,7 @@ async fn run() -> Res<()> {
             "load_average_before": loadavg(),
         },
         "shards": cfg.shards,
+        "backend": backend,
         "tenants_per_shard": cfg.tenants,
         "seed_jobs_per_transaction": cfg.batch,
         "due_span_days": cfg.span_ms / 86_400_000,
@@ -181,6 +188,11 @@ async fn run() -> Res<()> {
     let mut failures: Vec<String> = Vec::new();
     let mut bytes_per_job = 2048.0;
     let mut rows: Vec<Row> = Vec::new();
+    let pg = if cfg.postgres {
+        Some(chronoshard_test_util::Postgres::start().await?)
+    } else {
+        None
+    };
     for &n in &cfg.jobs {
         let need = (n as f64 * bytes_per_job * 1.5) as u64 + (256 << 20);
         let avail = disk_available(&cfg.dir);
@@ -195,7 +207,7 @@ async fn run() -> Res<()> {
             failures.push(msg);
             continue;
         }
-        match measure(&cfg, n).await {
+        match measure(&cfg, n, pg.as_ref()).await {
             Ok(row) => {
                 if n > 0 {
                     bytes_per_job = row.disk_bytes as f64 / n as f64;
@@ -298,13 +310,16 @@ impl NodeFigures {
     }
 }
 
-async fn measure(cfg: &Config, n: usize) -> Res<Row> {
+async fn measure(cfg: &Config, n: usize, pg: Option<&chronoshard_test_util::Postgres>) -> Res<Row> {
     println!("\n# N = {n}");
     let nats = Nats::start().await?;
     let cluster = Cluster::connect(nats.client().await?).await?;
     assign_all(&cluster, cfg.shards, NODE).await?;
     let data = tempfile::tempdir_in(&cfg.dir)?;
-    let dbs = Databases::Sqlite(data.path().to_path_buf());
+    let dbs = match pg {
+        Some(pg) => Databases::Postgres(pg.create_database().await?),
+        None => Databases::Sqlite(data.path().to_path_buf()),
+    };
     let began = Instant::now();
     // Pass 1: every job due two hours or more from now; pass 2: the nearer ones, counted from now.
     let (far, _) = seed(cfg, &dbs, n, Pass::Far, began).await?;
@@ -313,7 +328,10 @@ async fn measure(cfg: &Config, n: usize) -> Res<Row> {
     if far + near != n as u64 {
         return Err(format!("seeded {far} + {near} jobs of {n}").into());
     }
-    let disk_bytes = dir_bytes(data.path())?;
+    let disk_bytes = match &dbs {
+        Databases::Sqlite(dir) => dir_bytes(dir)?,
+        Databases::Postgres(url) => database_bytes(url).await?,
+    };
     println!(
         "seeded: {n} jobs in {seed_secs:.1} s ({:.0} jobs/s, {near} of them in the last pass), {:.1} MiB on disk ({} bytes per job)",
         n as f64 / seed_secs.max(1e-9),
@@ -330,6 +348,10 @@ async fn measure(cfg: &Config, n: usize) -> Res<Row> {
     let params = NodeParams {
         url: nats.url(),
         data: data.path().display().to_string(),
+        postgres: match &dbs {
+            Databases::Postgres(url) => Some(url.clone()),
+            Databases::Sqlite(_) => None,
+        },
         shards: cfg.shards,
         expected,
         observe_ms: cfg.observe.as_millis() as u64,
@@ -357,6 +379,9 @@ async fn measure(cfg: &Config, n: usize) -> Res<Row> {
     drop(cluster);
     drop(nats);
     data.close()?;
+    if let (Some(pg), Databases::Postgres(url)) = (pg, &dbs) {
+        drop_database(pg, url).await?;
+    }
     Ok(Row {
         jobs: n,
         seed_secs,
@@ -449,6 +474,8 @@ fn due_offset(i: u64, span: i64) -> i64 {
 struct NodeParams {
     url: String,
     data: String,
+    /// The database of the shards, when they are in Postgres (else SQLite files in `data`).
+    postgres: Option<String>,
     shards: u32,
     /// Per shard, the wheel entries its first load must at least make.
     expected: Vec<u64>,
@@ -496,7 +523,10 @@ async fn node_process(p: NodeParams, began: Instant) -> Res<()> {
     let probe = async_nats::connect(&p.url).await?;
     let opts = Options {
         node_id: NODE.into(),
-        databases: Databases::Sqlite(p.data.clone().into()),
+        databases: match &p.postgres {
+            Some(url) => Databases::Postgres(url.clone()),
+            None => Databases::Sqlite(p.data.clone().into()),
+        },
         shard: ShardConfig::default(),
         local: Default::default(),
     };
@@ -649,6 +679,31 @@ fn mib(kib: u64) -> f64 {
 }
 
 /// Bytes of the files in `dir` (the shard databases, their WAL and shared-memory files).
+/// Drops an N's database, so the next N has the disk space back.
+async fn drop_database(pg: &chronoshard_test_util::Postgres, url: &str) -> Res<()> {
+    use sqlx::{Connection, Executor};
+    let name = url
+        .rsplit('/')
+        .next()
+        .ok_or("a database URL without a name")?;
+    let mut conn = sqlx::PgConnection::connect(&pg.url("postgres")).await?;
+    conn.execute(format!("DROP DATABASE {name} WITH (FORCE)").as_str())
+        .await?;
+    conn.close().await?;
+    Ok(())
+}
+
+/// The size of a Postgres database, every shard schema in it.
+async fn database_bytes(url: &str) -> Res<u64> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url).await?;
+    let bytes: i64 = sqlx::query_scalar("SELECT pg_database_size(current_database())")
+        .fetch_one(&mut conn)
+        .await?;
+    conn.close().await?;
+    Ok(bytes as u64)
+}
+
 fn dir_bytes(dir: &Path) -> Res<u64> {
     let mut total = 0;
     for e in std::fs::read_dir(dir)? {
