@@ -195,12 +195,14 @@ async fn run() -> Res<()> {
     };
     for &n in &cfg.jobs {
         let need = (n as f64 * bytes_per_job * 1.5) as u64 + (256 << 20);
-        let avail = disk_available(&cfg.dir);
+        // The Postgres server keeps its data where the fixture ran initdb.
+        let disk = pg.as_ref().map_or(cfg.dir.as_path(), |pg| pg.data_dir());
+        let avail = disk_available(disk);
         if avail.is_some_and(|a| a < need) {
             let msg = format!(
                 "N = {n}: skipped, needs about {} MiB on {} and {} MiB are free",
                 need >> 20,
-                cfg.dir.display(),
+                disk.display(),
                 avail.unwrap_or(0) >> 20
             );
             println!("{msg}");
@@ -310,25 +312,36 @@ impl NodeFigures {
     }
 }
 
+/// One N on the backend `pg` selects; its files or its database are removed afterwards, whatever
+/// happened, so the next N has the disk space.
 async fn measure(cfg: &Config, n: usize, pg: Option<&chronoshard_test_util::Postgres>) -> Res<Row> {
     println!("\n# N = {n}");
-    let nats = Nats::start().await?;
-    let cluster = Cluster::connect(nats.client().await?).await?;
-    assign_all(&cluster, cfg.shards, NODE).await?;
     let data = tempfile::tempdir_in(&cfg.dir)?;
     let dbs = match pg {
         Some(pg) => Databases::Postgres(pg.create_database().await?),
         None => Databases::Sqlite(data.path().to_path_buf()),
     };
+    let row = measure_on(cfg, n, &dbs, data.path()).await;
+    data.close()?;
+    if let (Some(pg), Databases::Postgres(url)) = (pg, &dbs) {
+        drop_database(pg, url).await?;
+    }
+    row
+}
+
+async fn measure_on(cfg: &Config, n: usize, dbs: &Databases, data: &Path) -> Res<Row> {
+    let nats = Nats::start().await?;
+    let cluster = Cluster::connect(nats.client().await?).await?;
+    assign_all(&cluster, cfg.shards, NODE).await?;
     let began = Instant::now();
     // Pass 1: every job due two hours or more from now; pass 2: the nearer ones, counted from now.
-    let (far, _) = seed(cfg, &dbs, n, Pass::Far, began).await?;
-    let (near, near_due) = seed(cfg, &dbs, n, Pass::Near, began).await?;
+    let (far, _) = seed(cfg, dbs, n, Pass::Far, began).await?;
+    let (near, near_due) = seed(cfg, dbs, n, Pass::Near, began).await?;
     let seed_secs = began.elapsed().as_secs_f64();
     if far + near != n as u64 {
         return Err(format!("seeded {far} + {near} jobs of {n}").into());
     }
-    let disk_bytes = match &dbs {
+    let disk_bytes = match dbs {
         Databases::Sqlite(dir) => dir_bytes(dir)?,
         Databases::Postgres(url) => database_bytes(url).await?,
     };
@@ -347,8 +360,8 @@ async fn measure(cfg: &Config, n: usize, pg: Option<&chronoshard_test_util::Post
     let expected_wheel: u64 = expected.iter().sum();
     let params = NodeParams {
         url: nats.url(),
-        data: data.path().display().to_string(),
-        postgres: match &dbs {
+        data: data.display().to_string(),
+        postgres: match dbs {
             Databases::Postgres(url) => Some(url.clone()),
             Databases::Sqlite(_) => None,
         },
@@ -378,10 +391,6 @@ async fn measure(cfg: &Config, n: usize, pg: Option<&chronoshard_test_util::Post
     let nats_version = nats.server.binary.version.clone();
     drop(cluster);
     drop(nats);
-    data.close()?;
-    if let (Some(pg), Databases::Postgres(url)) = (pg, &dbs) {
-        drop_database(pg, url).await?;
-    }
     Ok(Row {
         jobs: n,
         seed_secs,
@@ -678,7 +687,6 @@ fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
-/// Bytes of the files in `dir` (the shard databases, their WAL and shared-memory files).
 /// Drops an N's database, so the next N has the disk space back.
 async fn drop_database(pg: &chronoshard_test_util::Postgres, url: &str) -> Res<()> {
     use sqlx::{Connection, Executor};
@@ -704,6 +712,7 @@ async fn database_bytes(url: &str) -> Res<u64> {
     Ok(bytes as u64)
 }
 
+/// Bytes of the files in `dir` (the shard databases, their WAL and shared-memory files).
 fn dir_bytes(dir: &Path) -> Res<u64> {
     let mut total = 0;
     for e in std::fs::read_dir(dir)? {

@@ -203,13 +203,7 @@ impl Cluster {
     /// Every shard assignment with its KV revision (for compare-and-swap updates).
     pub async fn assignments(&self) -> Result<Vec<(ShardAssignment, u64)>> {
         let mut out = Vec::new();
-        for (key, value, revision) in latest(
-            &self.buckets.shards,
-            self.client.new_inbox(),
-            "read shard map",
-        )
-        .await?
-        {
+        for (key, value, revision) in latest(&self.buckets.shards, "read shard map").await? {
             if key.starts_with("shard.") {
                 out.push((decode(&value, "shard map")?, revision));
             }
@@ -273,7 +267,7 @@ impl Cluster {
 
     /// Nodes whose heartbeat has not expired.
     pub async fn live_nodes(&self) -> Result<Vec<NodeInfo>> {
-        all_json(&self.buckets.nodes, self.client.new_inbox(), "list nodes").await
+        all_json(&self.buckets.nodes, "list nodes").await
     }
 
     pub async fn heartbeat_worker(&self, info: &WorkerInfo) -> Result<()> {
@@ -286,12 +280,7 @@ impl Cluster {
     }
 
     pub async fn live_workers(&self) -> Result<Vec<WorkerInfo>> {
-        all_json(
-            &self.buckets.workers,
-            self.client.new_inbox(),
-            "list workers",
-        )
-        .await
+        all_json(&self.buckets.workers, "list workers").await
     }
 
     /// Removes a node or worker from the registry at once (clean shutdown).
@@ -382,12 +371,8 @@ async fn get_json<T: DeserializeOwned>(
     }
 }
 
-async fn all_json<T: DeserializeOwned>(
-    kv: &Store,
-    inbox: String,
-    what: &'static str,
-) -> Result<Vec<T>> {
-    latest(kv, inbox, what)
+async fn all_json<T: DeserializeOwned>(kv: &Store, what: &'static str) -> Result<Vec<T>> {
+    latest(kv, what)
         .await?
         .iter()
         .map(|(_, value, _)| decode(value, what))
@@ -400,58 +385,79 @@ fn decode<T: DeserializeOwned>(value: &[u8], what: &'static str) -> Result<T> {
 
 /// Longest wait for a bucket's current values (`latest`).
 const READ_ALL_WITHIN: Duration = Duration::from_secs(10);
+/// Messages asked for per fetch of `latest`.
+const READ_ALL_FETCH: usize = 1024;
 
-/// Every key of a bucket that holds a value, with the value and its revision: one ordered
-/// consumer delivering the last message of each key, values included. Listing the keys
-/// (`Store::keys`, the same consumer without the values) and then reading each was one request
-/// per key: at 1,024 shards, the control plane's assignment loop sent over a thousand requests
-/// every second. Deleted and purged keys (and expired-heartbeat markers) are left out, as
-/// `Store::get` leaves them out. `inbox`: a fresh inbox subject for the consumer to deliver to.
-async fn latest(
-    kv: &Store,
-    inbox: String,
-    what: &'static str,
-) -> Result<Vec<(String, Bytes, u64)>> {
+/// Every key of a bucket that holds a value, with the value and its revision, sorted by key.
+///
+/// Listing the keys (`Store::keys`) and then reading each was one request per key: at 1,024
+/// shards, the control plane's assignment loop sent over a thousand requests every second. Here
+/// a pull consumer delivers the last message of each key, values included, in stream order; a
+/// later message of a key replaces an earlier one and a delete, purge or expiry marker removes
+/// it, so a change made while the read runs is seen as the last word. Fetches that do not wait
+/// (`no_wait`) end the read once one brings nothing: an entry that expires before it is
+/// delivered cannot leave the read waiting for it (the hang async-nats fixed in its own
+/// `keys()`). The consumer is deleted afterwards; one left by a failed read goes after 5 s idle.
+async fn latest(kv: &Store, what: &'static str) -> Result<Vec<(String, Bytes, u64)>> {
+    let consumer = kv
+        .stream
+        .create_consumer(jetstream::consumer::pull::Config {
+            filter_subject: format!("{}>", kv.prefix),
+            deliver_policy: jetstream::consumer::DeliverPolicy::LastPerSubject,
+            ack_policy: jetstream::consumer::AckPolicy::None,
+            inactive_threshold: Duration::from_secs(5),
+            memory_storage: true,
+            ..Default::default()
+        })
+        .await
+        .map_err(nats(what))?;
     let read = async {
-        let consumer = kv
-            .stream
-            .create_consumer(jetstream::consumer::push::OrderedConfig {
-                deliver_subject: inbox,
-                filter_subject: format!("{}>", kv.prefix),
-                deliver_policy: jetstream::consumer::DeliverPolicy::LastPerSubject,
-                replay_policy: jetstream::consumer::ReplayPolicy::Instant,
-                ..Default::default()
-            })
-            .await
-            .map_err(nats(what))?;
-        let mut out = Vec::new();
-        if consumer.cached_info().num_pending == 0 {
-            return Ok(out);
-        }
-        let mut messages = consumer.messages().await.map_err(nats(what))?;
-        while let Some(m) = messages.try_next().await.map_err(nats(what))? {
-            let info = m.info().map_err(|e| Error::Nats {
-                what,
-                source: e.to_string().into(),
-            })?;
-            let (revision, pending) = (info.stream_sequence, info.pending);
-            if is_put(&m) {
-                if let Some(key) = m.subject.strip_prefix(kv.prefix.as_str()) {
-                    out.push((key.to_string(), m.payload.clone(), revision));
+        let mut keys: std::collections::BTreeMap<String, (Bytes, u64)> = Default::default();
+        loop {
+            let mut batch = consumer
+                .fetch()
+                .max_messages(READ_ALL_FETCH)
+                .messages()
+                .await
+                .map_err(nats(what))?;
+            let mut got = 0;
+            while let Some(m) = batch
+                .try_next()
+                .await
+                .map_err(|e| Error::Nats { what, source: e })?
+            {
+                got += 1;
+                let revision = m
+                    .info()
+                    .map_err(|e| Error::Nats {
+                        what,
+                        source: e.to_string().into(),
+                    })?
+                    .stream_sequence;
+                let Some(key) = m.subject.strip_prefix(kv.prefix.as_str()) else {
+                    continue;
+                };
+                if is_put(&m) {
+                    keys.insert(key.to_string(), (m.payload.clone(), revision));
+                } else {
+                    keys.remove(key);
                 }
             }
-            if pending == 0 {
-                return Ok(out);
+            if got == 0 {
+                return Ok(keys);
             }
         }
-        Err(Error::Nats {
-            what,
-            source: "the bucket's consumer ended before the last key".into(),
-        })
     };
-    tokio::time::timeout(READ_ALL_WITHIN, read)
-        .await
-        .map_err(nats(what))?
+    let keys = tokio::time::timeout(READ_ALL_WITHIN, read).await;
+    let _ = kv
+        .stream
+        .delete_consumer(&consumer.cached_info().name)
+        .await;
+    Ok(keys
+        .map_err(nats(what))??
+        .into_iter()
+        .map(|(key, (value, revision))| (key, value, revision))
+        .collect())
 }
 
 /// A KV message that sets a value, not a delete, purge or expiry marker.

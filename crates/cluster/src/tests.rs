@@ -1,8 +1,11 @@
 //! The cluster state read back whole (`latest`), against a nats-server of the test's own.
 
-use chronoshard_wire::rpc::{NodeInfo, ShardAssignment};
+use chronoshard_wire::{
+    names,
+    rpc::{NodeInfo, ShardAssignment, WorkerInfo},
+};
 
-use super::{Cluster, Error};
+use super::{Cluster, Error, READ_ALL_FETCH};
 
 fn node(id: &str) -> NodeInfo {
     NodeInfo {
@@ -21,8 +24,9 @@ fn assignment(shard: u32, owner: &str, epoch: u64) -> ShardAssignment {
     }
 }
 
-/// Every key is read once, at its last value and revision, also past the first batch of
-/// messages the server sends; removed keys are left out; an empty bucket reads as empty.
+/// Every key is read once, at its last value and revision, across more than one fetch; deleted
+/// and purged keys are left out; an empty bucket, and one holding only a purge marker, read as
+/// empty; no consumer is left behind.
 #[tokio::test]
 async fn the_whole_state_reads_back_at_its_last_revisions() {
     let nats = chronoshard_test_util::Nats::start().await.unwrap();
@@ -32,7 +36,7 @@ async fn the_whole_state_reads_back_at_its_last_revisions() {
     assert!(cluster.assignments().await.unwrap().is_empty());
     assert!(cluster.live_workers().await.unwrap().is_empty());
 
-    let shards = 300u32;
+    let shards = READ_ALL_FETCH as u32 + 100;
     let mut revisions = Vec::new();
     for shard in 0..shards {
         let a = assignment(shard, "node-a", 1);
@@ -44,6 +48,18 @@ async fn the_whole_state_reads_back_at_its_last_revisions() {
         let rev = revisions[shard as usize];
         revisions[shard as usize] = cluster.put_assignment(&a, Some(rev)).await.unwrap();
     }
+    // A deleted key (a `DEL` marker) is not read back.
+    let gone = shards;
+    cluster
+        .put_assignment(&assignment(gone, "node-a", 1), None)
+        .await
+        .unwrap();
+    cluster
+        .buckets
+        .shards
+        .delete(names::shard_key(gone))
+        .await
+        .unwrap();
     let read = cluster.assignments().await.unwrap();
     assert_eq!(read.len(), shards as usize);
     for (i, (a, rev)) in read.iter().enumerate() {
@@ -77,4 +93,35 @@ async fn the_whole_state_reads_back_at_its_last_revisions() {
         .collect();
     live.sort();
     assert_eq!(live, ["n1", "n3"]);
+
+    let worker = WorkerInfo {
+        worker_id: "w1".into(),
+        queues: vec!["q".into()],
+        heartbeat_at: chrono::Utc::now(),
+        in_flight: 0,
+    };
+    cluster.heartbeat_worker(&worker).await.unwrap();
+    assert_eq!(cluster.live_workers().await.unwrap(), [worker]);
+    cluster.forget_worker("w1").await.unwrap();
+    assert!(cluster.live_workers().await.unwrap().is_empty());
+
+    for bucket in [
+        &cluster.buckets.shards,
+        &cluster.buckets.nodes,
+        &cluster.buckets.workers,
+    ] {
+        let consumers = bucket
+            .stream
+            .clone()
+            .info()
+            .await
+            .unwrap()
+            .state
+            .consumer_count;
+        assert_eq!(
+            consumers, 0,
+            "a read left a consumer on {}",
+            bucket.stream_name
+        );
+    }
 }
