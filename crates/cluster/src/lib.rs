@@ -363,12 +363,11 @@ async fn get_json<T: DeserializeOwned>(
     key: &str,
     what: &'static str,
 ) -> Result<Option<T>> {
-    match kv.get(key).await.map_err(nats(what))? {
-        Some(b) => serde_json::from_slice(&b)
-            .map(Some)
-            .map_err(|source| Error::Decode { what, source }),
-        None => Ok(None),
-    }
+    kv.get(key)
+        .await
+        .map_err(nats(what))?
+        .map(|b| decode(&b, what))
+        .transpose()
 }
 
 async fn all_json<T: DeserializeOwned>(kv: &Store, what: &'static str) -> Result<Vec<T>> {
