@@ -318,11 +318,19 @@ mod tests {
 
     #[test]
     fn refuses_a_server_older_than_2_10() {
-        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let fake = dir.path().join("nats-server");
-        std::fs::write(&fake, "#!/bin/sh\necho 'nats-server: v2.9.10'\n").unwrap();
-        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // Written by a child shell, not by this process: a test on another thread that spawns
+        // nats-server forks while our write descriptor would be open, the forked child holds
+        // it until its exec, and running the script then fails with ETXTBSY ("Text file busy").
+        let made = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("printf '#!/bin/sh\\necho \"nats-server: v2.9.10\"\\n' > \"$1\" && chmod 755 \"$1\"")
+            .arg("sh")
+            .arg(&fake)
+            .status()
+            .unwrap();
+        assert!(made.success());
         let err = check(fake).unwrap_err();
         assert!(
             matches!(err, Error::TooOld { ref found, .. } if found == "2.9.10"),
