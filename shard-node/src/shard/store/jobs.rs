@@ -3,7 +3,7 @@
 use std::collections::{HashMap, HashSet};
 
 use chronoshard_wire::{JobSpec, JobState};
-use sqlx::Row;
+use sqlx::{any::AnyArguments, query::Query, Any, AnyConnection, Row};
 use uuid::Uuid;
 
 use super::{
@@ -110,10 +110,39 @@ impl Store {
         &self,
         jobs: &[(&JobRow, Option<&str>)],
     ) -> Result<Vec<CreateOutcome>> {
+        if self.one_trip_available()
+            && !jobs.is_empty()
+            && jobs.len() <= rows_per_statement(INSERT_COLUMNS)
+        {
+            return self.create_in_one_trip(jobs).await;
+        }
         let mut tx = self.write().await?;
         let outcomes = create_in(&mut tx, jobs).await?;
         tx.commit().await?;
         Ok(outcomes)
+    }
+
+    /// `create_jobs` on SQLite for up to one statement's rows: the insert in a one-trip
+    /// transaction (`one_trip`), then, for the rare row it skipped, the lookups of what it
+    /// collided with. They may come after the commit: no job row is ever removed (a delete marks
+    /// it), so what a skipped row collided with is still there.
+    async fn create_in_one_trip(
+        &self,
+        jobs: &[(&JobRow, Option<&str>)],
+    ) -> Result<Vec<CreateOutcome>> {
+        let sql = Store::one_trip_sql(&insert_sql(&mut Params::anonymous(), jobs.len()));
+        let rows = self
+            .one_trip(bind_new(self.one_trip_query(&sql), jobs)?)
+            .await?;
+        let mut inserted: HashSet<Uuid> = HashSet::with_capacity(rows.len());
+        for row in rows {
+            inserted.insert(parse_uuid(&row.try_get::<String, _>("id")?)?);
+        }
+        if inserted.len() == jobs.len() {
+            return Ok(jobs.iter().map(|_| CreateOutcome::Created).collect());
+        }
+        let mut conn = self.pool.acquire().await?;
+        outcomes_of(&mut conn, jobs, inserted).await
     }
 
     pub async fn get_job(&self, id: Uuid) -> Result<Option<JobRow>> {
@@ -244,6 +273,16 @@ async fn create_in(
     for chunk in jobs.chunks(rows_per_statement(INSERT_COLUMNS)) {
         insert_new(tx, chunk, &mut inserted).await?;
     }
+    outcomes_of(tx, jobs, inserted).await
+}
+
+/// The outcome of each create, given the ids the inserts created; a skipped row looks up the
+/// job it collided with.
+async fn outcomes_of(
+    conn: &mut AnyConnection,
+    jobs: &[(&JobRow, Option<&str>)],
+    mut inserted: HashSet<Uuid>,
+) -> Result<Vec<CreateOutcome>> {
     let mut outcomes = Vec::with_capacity(jobs.len());
     for (job, key) in jobs {
         // Taken out as it is answered: an id repeated within the call was inserted by its first
@@ -252,7 +291,7 @@ async fn create_in(
             outcomes.push(CreateOutcome::Created);
             continue;
         }
-        outcomes.push(match earlier(tx, job, *key).await? {
+        outcomes.push(match earlier(conn, job, *key).await? {
             Some(existing) if existing.spec == job.spec => {
                 CreateOutcome::Existing(Box::new(existing))
             }
@@ -275,13 +314,31 @@ async fn insert_new(
     chunk: &[(&JobRow, Option<&str>)],
     inserted: &mut HashSet<Uuid>,
 ) -> Result<()> {
-    let sql = format!(
+    let sql = insert_sql(&mut Params::new(tx), chunk.len());
+    for row in bind_new(sqlx::query(&sql), chunk)?
+        .fetch_all(&mut **tx)
+        .await?
+    {
+        inserted.insert(parse_uuid(&row.try_get::<String, _>("id")?)?);
+    }
+    Ok(())
+}
+
+/// The multi-row insert of `rows` jobs that skips conflicts and returns the ids it created.
+fn insert_sql(params: &mut Params, rows: usize) -> String {
+    format!(
         "INSERT INTO jobs (id, tenant, spec, state, created_at, updated_at, anchor_at, next_fire_at, idempotency_key, priority) \
          VALUES {} ON CONFLICT DO NOTHING RETURNING id",
-        Params::new(tx).rows(chunk.len(), INSERT_COLUMNS)
-    );
-    let mut q = sqlx::query(&sql);
-    for (job, key) in chunk {
+        params.rows(rows, INSERT_COLUMNS)
+    )
+}
+
+/// Binds the values of `insert_sql`'s rows, in its column order.
+fn bind_new<'q>(
+    mut q: Query<'q, Any, AnyArguments<'q>>,
+    jobs: &[(&'q JobRow, Option<&'q str>)],
+) -> Result<Query<'q, Any, AnyArguments<'q>>> {
+    for (job, key) in jobs {
         q = q
             .bind(job.id.to_string())
             .bind(&job.tenant)
@@ -294,19 +351,20 @@ async fn insert_new(
             .bind(*key)
             .bind(job.spec.priority as i64);
     }
-    for row in q.fetch_all(&mut **tx).await? {
-        inserted.insert(parse_uuid(&row.try_get::<String, _>("id")?)?);
-    }
-    Ok(())
+    Ok(q)
 }
 
 /// The job a create collided with: the same id (a retried request) first, then the same key
 /// (a repeated one).
-async fn earlier(tx: &mut super::Tx, job: &JobRow, key: Option<&str>) -> Result<Option<JobRow>> {
+async fn earlier(
+    conn: &mut AnyConnection,
+    job: &JobRow,
+    key: Option<&str>,
+) -> Result<Option<JobRow>> {
     let by_id = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1");
     let mut row = sqlx::query(&by_id)
         .bind(job.id.to_string())
-        .fetch_optional(&mut **tx)
+        .fetch_optional(&mut *conn)
         .await?;
     if let (None, Some(key)) = (&row, key) {
         let by_key =
@@ -314,7 +372,7 @@ async fn earlier(tx: &mut super::Tx, job: &JobRow, key: Option<&str>) -> Result<
         row = sqlx::query(&by_key)
             .bind(&job.tenant)
             .bind(key)
-            .fetch_optional(&mut **tx)
+            .fetch_optional(&mut *conn)
             .await?;
     }
     row.as_ref().map(job_from_row).transpose()

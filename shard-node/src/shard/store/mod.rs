@@ -7,11 +7,13 @@
 //! One set of queries serves both backends through sqlx's `Any` driver: placeholders are `$n`
 //! (SQLite reads them by number too; statements built for many rows use [`Params`] instead),
 //! integers are 64-bit, and the only backend-specific SQL outside the two migration folders is
-//! `json_rows_of`'s aggregate. It must not know about NATS, the wheel or the clock: callers pass
+//! `json_rows_of`'s aggregate and SQLite's one-trip transactions (`one_trip`: a whole write
+//! transaction as one multi-statement string, for creates and ack marking). It must not know about NATS, the wheel or the clock: callers pass
 //! `now`.
 
 mod bulk;
 mod jobs;
+mod one_trip;
 mod outbox;
 mod results;
 mod tenants;
@@ -281,6 +283,14 @@ impl Params {
     pub(super) fn new(conn: &AnyConnection) -> Params {
         Params {
             anonymous: is_sqlite(conn),
+            next: 1,
+        }
+    }
+
+    /// SQLite's `?`s, for a statement built before a connection is at hand.
+    pub(super) fn anonymous() -> Params {
+        Params {
+            anonymous: true,
             next: 1,
         }
     }

@@ -3,7 +3,7 @@
 //! lost-ticket sweep to check and send again.
 
 use chronoshard_wire::Ticket;
-use sqlx::Row;
+use sqlx::{any::AnyArguments, query::Query, Any, Row};
 use uuid::Uuid;
 
 use super::{parse_uuid, rows_per_statement, views::ticket_from_json, Params, Result, Store};
@@ -49,25 +49,27 @@ impl Store {
         if acked.is_empty() {
             return Ok(());
         }
-        let mut tx = self.write().await?;
-        for chunk in acked.chunks(rows_per_statement(3)) {
-            let mut p = Params::new(&tx);
-            // VALUES columns are `column1..3` on both backends.
-            let sql = format!(
-                "UPDATE attempts SET published_at = {}, publish_seq = v.column3 FROM (VALUES {}) AS v \
-                 WHERE attempts.ticket_id = v.column1 AND attempts.attempt = v.column2 \
-                 AND attempts.published_at IS NULL",
-                p.one(),
-                p.rows(chunk.len(), 3)
-            );
-            let mut q = sqlx::query(&sql).bind(now);
-            for a in chunk {
-                q = q
-                    .bind(a.ticket.to_string())
-                    .bind(a.attempt as i64)
-                    .bind(a.seq as i64);
+        let chunks = acked.chunks(rows_per_statement(3));
+        if self.one_trip_available() {
+            let body = chunks
+                .clone()
+                .map(|c| mark_sql(&mut Params::anonymous(), c.len()))
+                .collect::<Vec<_>>()
+                .join("; ");
+            let sql = Store::one_trip_sql(&body);
+            let mut q = self.one_trip_query(&sql);
+            for chunk in chunks {
+                q = bind_marks(q, chunk, now);
             }
-            q.execute(&mut *tx).await?;
+            self.one_trip(q).await?;
+            return Ok(());
+        }
+        let mut tx = self.write().await?;
+        for chunk in chunks {
+            let sql = mark_sql(&mut Params::new(&tx), chunk.len());
+            bind_marks(sqlx::query(&sql), chunk, now)
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         Ok(())
@@ -201,4 +203,31 @@ fn outgoing_from_row(r: &sqlx::any::AnyRow) -> Result<Outgoing> {
         ticket: ticket_from_json(&r.try_get::<String, _>("body")?)?,
         resends: r.try_get::<i64, _>("resends")? as u32,
     })
+}
+
+/// The update that records `rows` acks (bind them with `bind_marks`).
+fn mark_sql(p: &mut Params, rows: usize) -> String {
+    // VALUES columns are `column1..3` on both backends.
+    format!(
+        "UPDATE attempts SET published_at = {}, publish_seq = v.column3 FROM (VALUES {}) AS v \
+         WHERE attempts.ticket_id = v.column1 AND attempts.attempt = v.column2 \
+         AND attempts.published_at IS NULL",
+        p.one(),
+        p.rows(rows, 3)
+    )
+}
+
+fn bind_marks<'q>(
+    mut q: Query<'q, Any, AnyArguments<'q>>,
+    acked: &[Acked],
+    now: i64,
+) -> Query<'q, Any, AnyArguments<'q>> {
+    q = q.bind(now);
+    for a in acked {
+        q = q
+            .bind(a.ticket.to_string())
+            .bind(a.attempt as i64)
+            .bind(a.seq as i64);
+    }
+    q
 }

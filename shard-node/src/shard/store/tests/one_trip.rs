@@ -1,0 +1,74 @@
+//! The failure paths of SQLite's one-trip transactions (`store/one_trip.rs`): whatever stops one
+//! midway, nothing of it is written and the next write finds no transaction left open.
+
+use sqlx::{Connection, Executor};
+
+use super::*;
+
+/// A paused tenant written first, then a statement that fails (a job without its NOT NULL
+/// columns): the first write must not survive.
+const FAILS_AFTER_A_WRITE: &str = "INSERT INTO paused_tenants (tenant, paused_at) VALUES (?, 1); \
+     INSERT INTO jobs (id) VALUES ('no-tenant')";
+
+async fn paused(s: &Store) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM paused_tenants")
+        .fetch_one(&s.pool)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_failed_statement_rolls_back_the_writes_before_it() {
+    let db = TestDb::sqlite();
+    let s = open(&db, 1).await.unwrap();
+    let sql = Store::one_trip_sql(FAILS_AFTER_A_WRITE);
+    let Err(err) = s.one_trip(s.one_trip_query(&sql).bind("t")).await else {
+        panic!("a job without a tenant was written");
+    };
+    assert!(matches!(err, StoreError::Db(_)), "not fenced: {err}");
+    assert_eq!(paused(&s).await, 0, "the write before the failure is gone");
+    // the connection is not left inside the failed transaction
+    s.create_job(&job("t", 1000), None).await.unwrap();
+    assert_eq!(s.list_jobs(None, None, 10).await.unwrap().len(), 1);
+}
+
+/// A call dropped while SQLite runs it (here: during a slow statement between a write and the
+/// commit) leaves no open transaction behind for the next user of the connection.
+#[tokio::test]
+async fn a_call_dropped_midway_leaves_no_transaction_open() {
+    let db = TestDb::sqlite();
+    let s = open(&db, 1).await.unwrap();
+    let sql = Store::one_trip_sql(
+        "INSERT INTO paused_tenants (tenant, paused_at) VALUES (?, 1); \
+         WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 5000000) \
+         SELECT COUNT(*) FROM c",
+    );
+    let mut call = Box::pin(s.one_trip(s.one_trip_query(&sql).bind("t")));
+    // Polled until SQLite runs it (its transaction holds the write lock), then dropped.
+    let Databases::Sqlite(dir) = &db.dbs else {
+        unreachable!("one-trip transactions are SQLite's")
+    };
+    let url = format!("sqlite://{}", dir.join("shard-0.db").display());
+    let mut probe = sqlx::AnyConnection::connect(&url).await.unwrap();
+    probe.execute("PRAGMA busy_timeout = 0").await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        assert!(
+            futures::poll!(call.as_mut()).is_pending(),
+            "finished too soon"
+        );
+        if probe.execute("BEGIN IMMEDIATE").await.is_err() {
+            break;
+        }
+        probe.execute("ROLLBACK").await.unwrap();
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the call never took the write lock"
+        );
+        tokio::task::yield_now().await;
+    }
+    drop(call);
+    s.create_job(&job("t", 1000), None).await.unwrap();
+    assert_eq!(s.list_jobs(None, None, 10).await.unwrap().len(), 1);
+    assert_eq!(paused(&s).await, 0, "the dropped call's write is gone");
+}
