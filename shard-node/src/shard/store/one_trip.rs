@@ -27,9 +27,10 @@ use sqlx::{
 use super::{Result, Store, StoreError};
 
 /// The opening of a one-trip transaction; its placeholder takes the store's epoch. A missing
-/// `shard_meta` row counts as fenced, as in `Store::write`.
+/// `shard_meta` row counts as fenced, as in `Store::write`, and so does a missing epoch value
+/// (`IS NOT`: a NULL bound by mistake fails the check instead of passing it).
 const OPEN: &str = "BEGIN IMMEDIATE; \
-    UPDATE OR ROLLBACK shard_meta SET epoch = NULL WHERE id = 1 AND epoch <> ?; \
+    UPDATE OR ROLLBACK shard_meta SET epoch = NULL WHERE id = 1 AND epoch IS NOT ?; \
     INSERT OR ROLLBACK INTO shard_meta (id, shard, epoch, owner, opened_at) \
     SELECT 1, NULL, NULL, NULL, NULL WHERE NOT EXISTS (SELECT 1 FROM shard_meta WHERE id = 1); ";
 
@@ -42,8 +43,9 @@ impl Armed {
         self.0.as_mut().expect("armed connection")
     }
 
-    fn disarm(mut self) -> PoolConnection<Any> {
-        self.0.take().expect("armed connection")
+    /// Lets the connection go back to the pool when dropped.
+    fn disarm(mut self) {
+        self.0.take();
     }
 }
 
@@ -79,27 +81,35 @@ impl Store {
         q: Query<'q, Any, AnyArguments<'q>>,
     ) -> Result<Vec<AnyRow>> {
         let mut armed = Armed(Some(self.pool.acquire().await?));
-        let outcome = q.fetch_all(&mut **armed.conn()).await;
-        let mut conn = armed.disarm();
-        match outcome {
-            Ok(rows) => Ok(rows),
-            Err(e) => {
-                // The epoch check rolled back already; a failed write did not. "No transaction
-                // is active" from this is expected then and says nothing new.
-                let _ = conn.execute("ROLLBACK").await;
-                let current: Option<i64> =
-                    sqlx::query_scalar("SELECT epoch FROM shard_meta WHERE id = 1")
-                        .fetch_optional(&mut *conn)
-                        .await?;
-                match current {
-                    Some(c) if c as u64 == self.epoch => Err(e.into()),
-                    other => Err(StoreError::Fenced {
-                        shard: self.shard,
-                        mine: self.epoch,
-                        current: other.unwrap_or_default() as u64,
-                    }),
-                }
+        let e = match q.fetch_all(&mut **armed.conn()).await {
+            Ok(rows) => {
+                armed.disarm();
+                return Ok(rows);
             }
+            Err(e) => e,
+        };
+        // The epoch check rolled back already; a failed write did not. The connection goes
+        // back to the pool only once no transaction is open on it: after this rollback, or
+        // when there was none to roll back. Otherwise it is closed (dropped still armed).
+        match armed.conn().execute("ROLLBACK").await {
+            Ok(_) => {
+                armed.disarm();
+            }
+            Err(r) if r.to_string().contains("no transaction is active") => {
+                armed.disarm();
+            }
+            Err(_) => drop(armed),
+        }
+        let current: Option<i64> = sqlx::query_scalar("SELECT epoch FROM shard_meta WHERE id = 1")
+            .fetch_optional(&self.pool)
+            .await?;
+        match current {
+            Some(c) if c as u64 == self.epoch => Err(e.into()),
+            other => Err(StoreError::Fenced {
+                shard: self.shard,
+                mine: self.epoch,
+                current: other.unwrap_or_default() as u64,
+            }),
         }
     }
 }
