@@ -63,13 +63,14 @@ impl Store {
         self.checkpointer.is_some()
     }
 
-    /// The SQL of a one-trip transaction around `body` (statements separated by `;`, anonymous
-    /// `?` placeholders), and the query with the epoch check's value bound: bind the body's
+    /// The query of a `one_trip_sql` string with the epoch check's value bound: bind the body's
     /// values to it in order.
     pub(super) fn one_trip_query<'q>(&self, sql: &'q str) -> Query<'q, Any, AnyArguments<'q>> {
         sqlx::query(sql).bind(self.epoch as i64)
     }
 
+    /// The SQL of a one-trip transaction around `body` (statements separated by `;`, anonymous
+    /// `?` placeholders).
     pub(super) fn one_trip_sql(body: &str) -> String {
         format!("{OPEN}{body}; COMMIT")
     }
