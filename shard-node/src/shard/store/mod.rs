@@ -8,8 +8,8 @@
 //! (SQLite reads them by number too; statements built for many rows use [`Params`] instead),
 //! integers are 64-bit, and the only backend-specific SQL outside the two migration folders is
 //! `json_rows_of`'s aggregate and SQLite's one-trip transactions (`one_trip`: a whole write
-//! transaction as one multi-statement string, for creates and ack marking). It must not know about NATS, the wheel or the clock: callers pass
-//! `now`.
+//! transaction as one multi-statement string, for creates and ack marking). It must not know
+//! about NATS, the wheel or the clock: callers pass `now`.
 
 mod bulk;
 mod jobs;
