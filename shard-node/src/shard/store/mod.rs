@@ -311,6 +311,11 @@ impl Params {
         (0..n).map(|_| self.one()).collect::<Vec<_>>().join(", ")
     }
 
+    /// `json_rows_of` for the backend these placeholders are for.
+    pub(super) fn json_rows_of(&self, cols: &str) -> String {
+        json_select(self.anonymous, cols)
+    }
+
     /// `(…), (…), …`: `rows` rows of `cols` placeholders, for a multi-row `VALUES`.
     pub(super) fn rows(&mut self, rows: usize, cols: usize) -> String {
         (0..rows)
@@ -332,7 +337,11 @@ fn is_sqlite(conn: &AnyConnection) -> bool {
 /// as one JSON value, their specs parsed in both; `sqlite3_step` was under half of the shard
 /// node's SQLite threads while firing).
 pub(super) fn json_rows_of(conn: &AnyConnection, cols: &str) -> String {
-    if is_sqlite(conn) {
+    json_select(is_sqlite(conn), cols)
+}
+
+fn json_select(sqlite: bool, cols: &str) -> String {
+    if sqlite {
         format!("json_group_array(json_array({cols}))")
     } else {
         format!("COALESCE(json_agg(json_build_array({cols})), '[]')::text")

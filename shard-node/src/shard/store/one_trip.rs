@@ -14,8 +14,13 @@
 //! back before the connection is used again, and a call dropped midway closes the connection
 //! instead of returning it to the pool (a new one is opened on the next use).
 //!
+//! A transaction that must read before it knows what to write takes two trips: `open_trip` runs
+//! the opening and the reads and leaves the transaction open (`OpenTrip`), `OpenTrip::commit`
+//! runs the writes and `COMMIT`. The connection stays out of the pool in between, and closes if
+//! the `OpenTrip` is dropped before its commit.
+//!
 //! Postgres does not run multi-statement strings with parameters; its callers keep the
-//! statement-by-statement path. This module must not know what the writes are.
+//! statement-by-statement path. This module must not know what the reads and writes are.
 
 use sqlx::{
     any::{AnyArguments, AnyRow},
@@ -24,7 +29,17 @@ use sqlx::{
     Any, Executor,
 };
 
-use super::{Result, Store, StoreError};
+use super::{Params, Result, Store, StoreError};
+
+/// The body of a trip: the statement of each of `items` (its SQL with SQLite's `?`s), in order.
+/// Bind their values in the same order.
+pub(super) fn statements<T>(items: &[T], sql: impl Fn(&T, &mut Params) -> String) -> String {
+    items
+        .iter()
+        .map(|i| sql(i, &mut Params::anonymous()))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
 
 /// The opening of a one-trip transaction; its placeholder takes the store's epoch. A missing
 /// `shard_meta` row counts as fenced, as in `Store::write`, and so does a missing epoch value
@@ -43,18 +58,30 @@ impl Armed {
         self.0.as_mut().expect("armed connection")
     }
 
-    /// Lets the connection go back to the pool when dropped.
-    fn disarm(mut self) {
+    /// Returns the connection to the pool: no transaction is open on it.
+    fn release(&mut self) {
         self.0.take();
+    }
+
+    /// Closes the connection: a transaction may still be open on it.
+    fn close(&mut self) {
+        if let Some(mut conn) = self.0.take() {
+            conn.close_on_drop();
+        }
     }
 }
 
 impl Drop for Armed {
     fn drop(&mut self) {
-        if let Some(conn) = self.0.as_mut() {
-            conn.close_on_drop();
-        }
+        self.close();
     }
+}
+
+/// A write transaction opened by `open_trip` (write lock held, epoch checked), waiting for its
+/// writes: `commit` them, or drop it to close the connection and so roll it back.
+pub(super) struct OpenTrip<'s> {
+    store: &'s Store,
+    armed: Armed,
 }
 
 impl Store {
@@ -82,24 +109,46 @@ impl Store {
         q: Query<'q, Any, AnyArguments<'q>>,
     ) -> Result<Vec<AnyRow>> {
         let mut armed = Armed(Some(self.pool.acquire().await?));
+        let rows = self.run_armed(&mut armed, q).await?;
+        armed.release();
+        Ok(rows)
+    }
+
+    /// The SQL of the first trip of a two-trip transaction: the opening, then `body` (the
+    /// reads), with the transaction left open. Its query is `one_trip_query`'s.
+    pub(super) fn open_trip_sql(body: &str) -> String {
+        format!("{OPEN}{body}")
+    }
+
+    /// Runs an `open_trip_sql` query: returns the open transaction and the rows its statements
+    /// returned, in order. Fenced when another owner's epoch is in the database.
+    pub(super) async fn open_trip<'q>(
+        &self,
+        q: Query<'q, Any, AnyArguments<'q>>,
+    ) -> Result<(OpenTrip<'_>, Vec<AnyRow>)> {
+        let mut armed = Armed(Some(self.pool.acquire().await?));
+        let rows = self.run_armed(&mut armed, q).await?;
+        Ok((OpenTrip { store: self, armed }, rows))
+    }
+
+    /// Runs `q` on the armed connection. On an error the connection has left `armed`: back to
+    /// the pool once no transaction is open on it, else closed.
+    async fn run_armed<'q>(
+        &self,
+        armed: &mut Armed,
+        q: Query<'q, Any, AnyArguments<'q>>,
+    ) -> Result<Vec<AnyRow>> {
         let e = match q.fetch_all(&mut **armed.conn()).await {
-            Ok(rows) => {
-                armed.disarm();
-                return Ok(rows);
-            }
+            Ok(rows) => return Ok(rows),
             Err(e) => e,
         };
         // The epoch check rolled back already; a failed write did not. The connection goes
         // back to the pool only once no transaction is open on it: after this rollback, or
-        // when there was none to roll back. Otherwise it is closed (dropped still armed).
+        // when there was none to roll back. Otherwise it is closed.
         match armed.conn().execute("ROLLBACK").await {
-            Ok(_) => {
-                armed.disarm();
-            }
-            Err(r) if r.to_string().contains("no transaction is active") => {
-                armed.disarm();
-            }
-            Err(_) => drop(armed),
+            Ok(_) => armed.release(),
+            Err(r) if r.to_string().contains("no transaction is active") => armed.release(),
+            Err(_) => armed.close(),
         }
         let current: Option<i64> = sqlx::query_scalar("SELECT epoch FROM shard_meta WHERE id = 1")
             .fetch_optional(&self.pool)
@@ -112,5 +161,27 @@ impl Store {
                 current: other.unwrap_or_default() as u64,
             }),
         }
+    }
+}
+
+impl OpenTrip<'_> {
+    /// The SQL of the second trip: `body` (the writes; may be empty), then `COMMIT`. Bind the
+    /// body's values to `sqlx::query` of it in order (no epoch: the first trip checked it).
+    pub(super) fn commit_sql(body: &str) -> String {
+        if body.is_empty() {
+            "COMMIT".to_string()
+        } else {
+            format!("{body}; COMMIT")
+        }
+    }
+
+    /// Runs a `commit_sql` query: the writes are committed, or none of the transaction is.
+    pub(super) async fn commit<'q>(
+        mut self,
+        q: Query<'q, Any, AnyArguments<'q>>,
+    ) -> Result<Vec<AnyRow>> {
+        let rows = self.store.run_armed(&mut self.armed, q).await?;
+        self.armed.release();
+        Ok(rows)
     }
 }

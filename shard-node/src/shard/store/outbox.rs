@@ -6,7 +6,9 @@ use chronoshard_wire::Ticket;
 use sqlx::{any::AnyArguments, query::Query, Any, Row};
 use uuid::Uuid;
 
-use super::{parse_uuid, rows_per_statement, views::ticket_from_json, Params, Result, Store};
+use super::{
+    one_trip, parse_uuid, rows_per_statement, views::ticket_from_json, Params, Result, Store,
+};
 
 /// A ticket attempt to publish, with how often the lost-ticket sweep has sent it already.
 #[derive(Clone, Debug, PartialEq)]
@@ -51,12 +53,9 @@ impl Store {
         }
         let chunks = acked.chunks(rows_per_statement(3));
         if self.one_trip_available() {
-            let body = chunks
-                .clone()
-                .map(|c| mark_sql(&mut Params::anonymous(), c.len()))
-                .collect::<Vec<_>>()
-                .join("; ");
-            let sql = Store::one_trip_sql(&body);
+            let chunks: Vec<&[Acked]> = chunks.collect();
+            let sql =
+                Store::one_trip_sql(&one_trip::statements(&chunks, |c, p| mark_sql(p, c.len())));
             let mut q = self.one_trip_query(&sql);
             for chunk in chunks {
                 q = bind_marks(q, chunk, now);

@@ -21,17 +21,60 @@ use super::{
 use crate::shard::{
     retry,
     store::{
+        one_trip::{self, OpenTrip},
         parse_uuid,
         views::{run_status, status_of},
-        Result, StoreError, Tx,
+        Result, Store, StoreError, Tx,
     },
 };
 
-/// Applies `results` in `tx` (which holds the shard's write lock) and writes what changed.
+/// Applies `results` in `tx` (which holds the shard's write lock) and writes what changed, one
+/// statement at a time.
 pub(super) async fn apply(tx: &mut Tx, results: &[TicketResult], now: i64) -> Result<Applied> {
-    if results.is_empty() {
-        return Ok(Applied::default());
+    let (ids, failing) = wanted(results);
+    let fetched = rows::read(tx, &rows::reads(&ids, &failing)).await?;
+    let b = Batch::applied(fetched, results, now)?;
+    let changed = b.changed();
+    rows::write(tx, &changed.writes(), now).await?;
+    Ok(b.out)
+}
+
+/// `apply` on SQLite in two trips to the connection's thread: the opening (write lock, epoch
+/// check) with every read, then every write with the commit (`one_trip`).
+pub(super) async fn apply_in_two_trips(
+    store: &Store,
+    results: &[TicketResult],
+    now: i64,
+) -> Result<Applied> {
+    let (ids, failing) = wanted(results);
+    let reads = rows::reads(&ids, &failing);
+    let sql = Store::open_trip_sql(&one_trip::statements(&reads, rows::Read::sql));
+    let q = reads
+        .iter()
+        .fold(store.one_trip_query(&sql), |q, r| r.bind(q));
+    let (open, found) = store.open_trip(q).await?;
+    if found.len() != reads.len() {
+        return Err(StoreError::Corrupt(format!(
+            "{} reads returned {} rows",
+            reads.len(),
+            found.len()
+        )));
     }
+    let mut fetched = rows::Fetched::default();
+    for (r, row) in reads.iter().zip(&found) {
+        r.parse(row, &mut fetched)?;
+    }
+    let b = Batch::applied(fetched, results, now)?;
+    let changed = b.changed();
+    let writes = changed.writes();
+    let sql = OpenTrip::commit_sql(&one_trip::statements(&writes, rows::Write::sql));
+    let q = writes.iter().fold(sqlx::query(&sql), |q, w| w.bind(q, now));
+    open.commit(q).await?;
+    Ok(b.out)
+}
+
+/// The tickets a batch reads, and those of them with a failure in it, each once.
+fn wanted(results: &[TicketResult]) -> (Vec<String>, Vec<String>) {
     let mut ids: Vec<String> = Vec::new();
     let mut seen = HashSet::new();
     let mut failing: Vec<String> = Vec::new();
@@ -44,33 +87,21 @@ pub(super) async fn apply(tx: &mut Tx, results: &[TicketResult], now: i64) -> Re
             failing.push(r.ticket_id.to_string());
         }
     }
-    let mut b = Batch {
-        now,
-        tickets: rows::read_tickets(tx, &ids).await?,
-        attempts: rows::read_attempts(tx, &ids).await?,
-        failures: if failing.is_empty() {
-            HashMap::new()
-        } else {
-            rows::read_failures(tx, &failing).await?
-        },
-        items: HashMap::new(),
-        runs: HashMap::new(),
-        ticket_order: Vec::new(),
-        attempt_order: Vec::new(),
-        run_order: Vec::new(),
-        out: Applied::default(),
-    };
-    for (id, t) in &b.tickets {
-        b.items
-            .entry((t.job_id.clone(), t.scheduled_at))
-            .or_default()
-            .push(*id);
+    (ids, failing)
+}
+
+/// The rows a batch changed, in the order it changed them, as its writes take them.
+struct Changed<'a> {
+    inserted: Vec<rows::AttemptWrite<'a>>,
+    updated: Vec<rows::AttemptWrite<'a>>,
+    tickets: Vec<(Uuid, &'a TicketRow)>,
+    runs: Vec<(&'a Occurrence, &'a RunRow)>,
+}
+
+impl Changed<'_> {
+    fn writes(&self) -> Vec<rows::Write<'_>> {
+        rows::writes(&self.inserted, &self.updated, &self.tickets, &self.runs)
     }
-    for r in results {
-        b.apply_one(r)?;
-    }
-    b.write(tx).await?;
-    Ok(b.out)
 }
 
 struct Batch {
@@ -89,6 +120,32 @@ struct Batch {
 }
 
 impl Batch {
+    /// `results` applied one after the other to the rows read.
+    fn applied(fetched: rows::Fetched, results: &[TicketResult], now: i64) -> Result<Batch> {
+        let mut b = Batch {
+            now,
+            tickets: fetched.tickets,
+            attempts: fetched.attempts,
+            failures: fetched.failures,
+            items: HashMap::new(),
+            runs: HashMap::new(),
+            ticket_order: Vec::new(),
+            attempt_order: Vec::new(),
+            run_order: Vec::new(),
+            out: Applied::default(),
+        };
+        for (id, t) in &b.tickets {
+            b.items
+                .entry((t.job_id.clone(), t.scheduled_at))
+                .or_default()
+                .push(*id);
+        }
+        for r in results {
+            b.apply_one(r)?;
+        }
+        Ok(b)
+    }
+
     fn apply_one(&mut self, r: &TicketResult) -> Result<()> {
         let key = (r.ticket_id, r.attempt as i64);
         let now = self.now;
@@ -360,7 +417,7 @@ impl Batch {
         Ok(Some(job))
     }
 
-    async fn write(&self, tx: &mut Tx) -> Result<()> {
+    fn changed(&self) -> Changed<'_> {
         let (mut inserted, mut updated) = (Vec::new(), Vec::new());
         for key in &self.attempt_order {
             let a = &self.attempts[key];
@@ -370,15 +427,15 @@ impl Batch {
                 updated.push((*key, a));
             }
         }
-        rows::insert_attempts(tx, &inserted, self.now).await?;
-        rows::update_attempts(tx, &updated).await?;
-        let tickets: Vec<_> = self
-            .ticket_order
-            .iter()
-            .map(|id| (*id, &self.tickets[id]))
-            .collect();
-        rows::update_tickets(tx, &tickets, self.now).await?;
-        let runs: Vec<_> = self.run_order.iter().map(|o| (o, &self.runs[o])).collect();
-        rows::update_runs(tx, &runs, self.now).await
+        Changed {
+            inserted,
+            updated,
+            tickets: self
+                .ticket_order
+                .iter()
+                .map(|id| (*id, &self.tickets[id]))
+                .collect(),
+            runs: self.run_order.iter().map(|o| (o, &self.runs[o])).collect(),
+        }
     }
 }

@@ -121,6 +121,12 @@ pub enum Replay {
 impl Store {
     /// Applies worker results in one transaction.
     pub async fn apply_results(&self, results: &[TicketResult], now: i64) -> Result<Applied> {
+        if results.is_empty() {
+            return Ok(Applied::default());
+        }
+        if self.one_trip_available() {
+            return batch::apply_in_two_trips(self, results, now).await;
+        }
         let mut tx = self.write().await?;
         let out = batch::apply(&mut tx, results, now).await?;
         tx.commit().await?;

@@ -1,8 +1,10 @@
 //! The rows a batch of results reads and writes, and the few statements that move them: one
 //! read per table for the whole batch (tickets with every item of their occurrences, attempts,
-//! and for failures the retry policy), and one multi-row statement per table and chunk for what
-//! changed. Every statement is a round trip (to SQLite's worker thread, or over the network to
-//! Postgres); one per row was most of a result's cost.
+//! and for failures the retry policy), each returning its rows as one JSON value, and one
+//! multi-row statement per table and chunk for what changed. Every statement is a round trip (to
+//! SQLite's worker thread, or over the network to Postgres) when run on its own, as `read` and
+//! `write` do; on SQLite the caller joins all the reads into one string and all the writes into
+//! another (`Read::sql`, `Write::sql`, bound in the same order), two trips in all.
 //!
 //! It decides nothing: `batch` applies the rules to these rows. Writes go by primary key and
 //! carry the rows' new values, which is right only because the caller's transaction has held the
@@ -10,10 +12,17 @@
 
 use std::collections::HashMap;
 
-use sqlx::Row;
+use sqlx::{
+    any::{AnyArguments, AnyRow},
+    query::Query,
+    Any, Row,
+};
 use uuid::Uuid;
 
-use super::super::{json_rows, json_rows_of, parse_uuid, rows_per_statement, Params, Result, Tx};
+use super::super::{json_rows, parse_uuid, rows_per_statement, Params, Result, Tx};
+
+/// A query being built: its SQL and the values bound to it so far.
+pub(super) type Q<'q> = Query<'q, Any, AnyArguments<'q>>;
 
 /// Ids per `IN (…)` list.
 const ID_CHUNK: usize = 256;
@@ -78,276 +87,345 @@ pub(super) struct RunRow {
 /// Occurrences are keyed by job id (as stored) and scheduled time.
 pub(super) type Occurrence = (String, i64);
 
-/// The tickets `ids` and every item ticket of their occurrences, by id.
-pub(super) async fn read_tickets(tx: &mut Tx, ids: &[String]) -> Result<HashMap<Uuid, TicketRow>> {
-    let mut out = HashMap::new();
-    for chunk in ids.chunks(ID_CHUNK) {
-        let sql = format!(
-            "SELECT {} \
-             FROM tickets t JOIN tickets i ON i.job_id = t.job_id AND i.scheduled_at = t.scheduled_at \
-             LEFT JOIN runs r ON r.job_id = i.job_id AND r.scheduled_at = i.scheduled_at \
-             LEFT JOIN jobs j ON j.id = i.job_id WHERE t.id IN ({})",
-            json_rows_of(tx, "i.id, i.job_id, i.scheduled_at, i.status, i.attempt, i.timeout_ms, r.reason, j.buffered_at"),
-            Params::new(tx).list(chunk.len())
-        );
-        let mut q = sqlx::query_scalar::<_, String>(&sql);
-        for id in chunk {
-            q = q.bind(id);
-        }
-        type Columns = (
-            String,
-            String,
-            i64,
-            String,
-            i64,
-            Option<i64>,
-            Option<String>,
-            Option<i64>,
-        );
-        let rows = q.fetch_one(&mut **tx).await?;
-        for (id, job_id, scheduled_at, status, attempt, timeout_ms, run_reason, buffered_at) in
-            json_rows::<Columns>(&rows)?
-        {
-            let id = parse_uuid(&id)?;
-            if out.contains_key(&id) {
-                // an item of an occurrence two tickets of the batch belong to
-                continue;
-            }
-            out.insert(
-                id,
-                TicketRow {
-                    job_id,
-                    scheduled_at,
-                    status,
-                    attempt,
-                    timeout_ms,
-                    run_reason,
-                    buffered: buffered_at.is_some(),
-                    checkpoint: None,
-                    dead_at: None,
-                    body: None,
-                    touched: false,
-                    dirty: false,
-                },
-            );
-        }
+/// What a batch read: its tickets with every item ticket of their occurrences, their attempts,
+/// and the retry state of the tickets with a failure.
+#[derive(Debug, Default)]
+pub(super) struct Fetched {
+    pub tickets: HashMap<Uuid, TicketRow>,
+    pub attempts: HashMap<(Uuid, i64), AttemptRow>,
+    pub failures: HashMap<Uuid, FailureRow>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Table {
+    Tickets,
+    Attempts,
+    Failures,
+}
+
+/// One read statement: a table's rows for a chunk of ticket ids, as one JSON value in one row.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Read<'a> {
+    table: Table,
+    ids: &'a [String],
+}
+
+/// The reads of a batch of the tickets `ids`, of which `failing` have a failure in it.
+pub(super) fn reads<'a>(ids: &'a [String], failing: &'a [String]) -> Vec<Read<'a>> {
+    let chunks = |table, ids: &'a [String]| {
+        ids.chunks(ID_CHUNK)
+            .map(move |ids| Read { table, ids })
+            .collect::<Vec<_>>()
+    };
+    let mut out = chunks(Table::Tickets, ids);
+    out.extend(chunks(Table::Attempts, ids));
+    out.extend(chunks(Table::Failures, failing));
+    out
+}
+
+/// Runs `reads` one statement each, in `tx`.
+pub(super) async fn read(tx: &mut Tx, reads: &[Read<'_>]) -> Result<Fetched> {
+    let mut out = Fetched::default();
+    for r in reads {
+        let sql = r.sql(&mut Params::new(tx));
+        let row = r.bind(sqlx::query(&sql)).fetch_one(&mut **tx).await?;
+        r.parse(&row, &mut out)?;
     }
     Ok(out)
 }
 
-/// Every attempt of the tickets `ids`.
-pub(super) async fn read_attempts(
-    tx: &mut Tx,
-    ids: &[String],
-) -> Result<HashMap<(Uuid, i64), AttemptRow>> {
-    let mut out = HashMap::new();
-    for chunk in ids.chunks(ID_CHUNK) {
-        let sql = format!(
-            "SELECT {} FROM attempts WHERE ticket_id IN ({})",
-            json_rows_of(
-                tx,
-                "ticket_id, attempt, status, published_at, started_at, finished_at, worker, error, \
-                 http_status, output, heartbeat_at"
+impl<'a> Read<'a> {
+    pub fn sql(&self, p: &mut Params) -> String {
+        match self.table {
+            Table::Tickets => format!(
+                "SELECT {} \
+                 FROM tickets t JOIN tickets i ON i.job_id = t.job_id AND i.scheduled_at = t.scheduled_at \
+                 LEFT JOIN runs r ON r.job_id = i.job_id AND r.scheduled_at = i.scheduled_at \
+                 LEFT JOIN jobs j ON j.id = i.job_id WHERE t.id IN ({})",
+                p.json_rows_of("i.id, i.job_id, i.scheduled_at, i.status, i.attempt, i.timeout_ms, r.reason, j.buffered_at"),
+                p.list(self.ids.len())
             ),
-            Params::new(tx).list(chunk.len())
-        );
-        let mut q = sqlx::query_scalar::<_, String>(&sql);
-        for id in chunk {
-            q = q.bind(id);
-        }
-        type Columns = (
-            String,
-            i64,
-            String,
-            Option<i64>,
-            Option<i64>,
-            Option<i64>,
-            Option<String>,
-            Option<String>,
-            Option<i64>,
-            Option<String>,
-            Option<i64>,
-        );
-        let rows = q.fetch_one(&mut **tx).await?;
-        for c in json_rows::<Columns>(&rows)? {
-            out.insert(
-                (parse_uuid(&c.0)?, c.1),
-                AttemptRow {
-                    status: c.2,
-                    published_at: c.3,
-                    started_at: c.4,
-                    finished_at: c.5,
-                    worker: c.6,
-                    error: c.7,
-                    http_status: c.8,
-                    output: c.9,
-                    heartbeat_at: c.10,
-                    inserted: None,
-                    dirty: false,
-                },
-            );
+            Table::Attempts => format!(
+                "SELECT {} FROM attempts WHERE ticket_id IN ({})",
+                p.json_rows_of(
+                    "ticket_id, attempt, status, published_at, started_at, finished_at, worker, error, \
+                     http_status, output, heartbeat_at"
+                ),
+                p.list(self.ids.len())
+            ),
+            Table::Failures => format!(
+                "SELECT {} FROM tickets t LEFT JOIN jobs j ON j.id = t.job_id WHERE t.id IN ({})",
+                p.json_rows_of("t.id, t.attempt_base, t.body, t.checkpoint, j.spec, j.state"),
+                p.list(self.ids.len())
+            ),
         }
     }
-    Ok(out)
-}
 
-/// The retry state of the tickets `ids` and their jobs.
-pub(super) async fn read_failures(
-    tx: &mut Tx,
-    ids: &[String],
-) -> Result<HashMap<Uuid, FailureRow>> {
-    let mut out = HashMap::new();
-    for chunk in ids.chunks(ID_CHUNK) {
-        let sql = format!(
-            "SELECT t.id, t.attempt_base, t.body, t.checkpoint, j.spec, j.state FROM tickets t \
-             LEFT JOIN jobs j ON j.id = t.job_id WHERE t.id IN ({})",
-            Params::new(tx).list(chunk.len())
-        );
-        let mut q = sqlx::query(&sql);
-        for id in chunk {
-            q = q.bind(id);
+    pub fn bind<'q>(&self, mut q: Q<'q>) -> Q<'q>
+    where
+        'a: 'q,
+    {
+        for id in self.ids {
+            q = q.bind(id.as_str());
         }
-        for r in q.fetch_all(&mut **tx).await? {
-            out.insert(
-                parse_uuid(&r.try_get::<String, _>(0)?)?,
-                FailureRow {
-                    attempt_base: r.try_get(1)?,
-                    body: r.try_get(2)?,
-                    checkpoint: r.try_get(3)?,
-                    spec: r.try_get(4)?,
-                    state: r.try_get(5)?,
-                },
-            );
+        q
+    }
+
+    /// Adds the rows of this read's result row to `into`.
+    pub fn parse(&self, row: &AnyRow, into: &mut Fetched) -> Result<()> {
+        let text: String = row.try_get(0)?;
+        match self.table {
+            Table::Tickets => parse_tickets(&text, &mut into.tickets),
+            Table::Attempts => parse_attempts(&text, &mut into.attempts),
+            Table::Failures => parse_failures(&text, &mut into.failures),
         }
     }
-    Ok(out)
 }
 
-/// Inserts the attempts written by this batch (none exists: all of their tickets' attempts were
-/// read), with every column as the batch left it.
-pub(super) async fn insert_attempts(
-    tx: &mut Tx,
-    rows: &[((Uuid, i64), &AttemptRow)],
-    now: i64,
-) -> Result<()> {
-    for chunk in rows.chunks(rows_per_statement(13)) {
-        let sql = format!(
-            "INSERT INTO attempts (ticket_id, attempt, status, created_at, not_before, published_at, \
-             started_at, finished_at, worker, error, http_status, output, heartbeat_at) VALUES {} \
-             ON CONFLICT DO NOTHING",
-            Params::new(tx).rows(chunk.len(), 13)
-        );
-        let mut q = sqlx::query(&sql);
-        for ((ticket, attempt), a) in chunk {
-            q = q
-                .bind(ticket.to_string())
-                .bind(*attempt)
-                .bind(a.status.as_str())
-                .bind(now)
-                .bind(a.inserted.flatten())
-                .bind(a.published_at)
-                .bind(a.started_at)
-                .bind(a.finished_at)
-                .bind(a.worker.as_deref())
-                .bind(a.error.as_deref())
-                .bind(a.http_status)
-                .bind(a.output.as_deref())
-                .bind(a.heartbeat_at);
+fn parse_tickets(text: &str, out: &mut HashMap<Uuid, TicketRow>) -> Result<()> {
+    type Columns = (
+        String,
+        String,
+        i64,
+        String,
+        i64,
+        Option<i64>,
+        Option<String>,
+        Option<i64>,
+    );
+    for (id, job_id, scheduled_at, status, attempt, timeout_ms, run_reason, buffered_at) in
+        json_rows::<Columns>(text)?
+    {
+        let id = parse_uuid(&id)?;
+        if out.contains_key(&id) {
+            // an item of an occurrence two tickets of the batch belong to
+            continue;
         }
-        q.execute(&mut **tx).await?;
+        out.insert(
+            id,
+            TicketRow {
+                job_id,
+                scheduled_at,
+                status,
+                attempt,
+                timeout_ms,
+                run_reason,
+                buffered: buffered_at.is_some(),
+                checkpoint: None,
+                dead_at: None,
+                body: None,
+                touched: false,
+                dirty: false,
+            },
+        );
     }
     Ok(())
 }
 
-/// Writes changed attempts.
-pub(super) async fn update_attempts(
-    tx: &mut Tx,
-    rows: &[((Uuid, i64), &AttemptRow)],
-) -> Result<()> {
-    for chunk in rows.chunks(rows_per_statement(11)) {
-        // VALUES columns are `column1..n` on both backends.
-        let sql = format!(
-            "UPDATE attempts SET status = v.column3, published_at = v.column4, started_at = v.column5, \
-             finished_at = v.column6, worker = v.column7, error = v.column8, http_status = v.column9, \
-             output = v.column10, heartbeat_at = v.column11 FROM (VALUES {}) AS v \
-             WHERE attempts.ticket_id = v.column1 AND attempts.attempt = v.column2",
-            Params::new(tx).rows(chunk.len(), 11)
+fn parse_attempts(text: &str, out: &mut HashMap<(Uuid, i64), AttemptRow>) -> Result<()> {
+    type Columns = (
+        String,
+        i64,
+        String,
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+        Option<String>,
+        Option<String>,
+        Option<i64>,
+        Option<String>,
+        Option<i64>,
+    );
+    for c in json_rows::<Columns>(text)? {
+        out.insert(
+            (parse_uuid(&c.0)?, c.1),
+            AttemptRow {
+                status: c.2,
+                published_at: c.3,
+                started_at: c.4,
+                finished_at: c.5,
+                worker: c.6,
+                error: c.7,
+                http_status: c.8,
+                output: c.9,
+                heartbeat_at: c.10,
+                inserted: None,
+                dirty: false,
+            },
         );
-        let mut q = sqlx::query(&sql);
-        for ((ticket, attempt), a) in chunk {
-            q = q
-                .bind(ticket.to_string())
-                .bind(*attempt)
-                .bind(a.status.as_str())
-                .bind(a.published_at)
-                .bind(a.started_at)
-                .bind(a.finished_at)
-                .bind(a.worker.as_deref())
-                .bind(a.error.as_deref())
-                .bind(a.http_status)
-                .bind(a.output.as_deref())
-                .bind(a.heartbeat_at);
-        }
-        q.execute(&mut **tx).await?;
     }
     Ok(())
 }
 
-/// Writes changed tickets: status and attempt, and what the batch set of checkpoint, dead
-/// letter time, body and update time (the rest keeps its stored value).
-pub(super) async fn update_tickets(
-    tx: &mut Tx,
-    rows: &[(Uuid, &TicketRow)],
-    now: i64,
-) -> Result<()> {
-    for chunk in rows.chunks(rows_per_statement(7)) {
-        let sql = format!(
-            "UPDATE tickets SET status = v.column2, attempt = v.column3, \
-             checkpoint = COALESCE(v.column4, tickets.checkpoint), dead_at = COALESCE(v.column5, tickets.dead_at), \
-             body = COALESCE(v.column6, tickets.body), updated_at = COALESCE(v.column7, tickets.updated_at) \
-             FROM (VALUES {}) AS v WHERE tickets.id = v.column1",
-            Params::new(tx).rows(chunk.len(), 7)
+fn parse_failures(text: &str, out: &mut HashMap<Uuid, FailureRow>) -> Result<()> {
+    type Columns = (
+        String,
+        i64,
+        String,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    );
+    for (id, attempt_base, body, checkpoint, spec, state) in json_rows::<Columns>(text)? {
+        out.insert(
+            parse_uuid(&id)?,
+            FailureRow {
+                attempt_base,
+                body,
+                checkpoint,
+                spec,
+                state,
+            },
         );
-        let mut q = sqlx::query(&sql);
-        for (id, t) in chunk {
-            q = q
-                .bind(id.to_string())
-                .bind(t.status.as_str())
-                .bind(t.attempt)
-                .bind(t.checkpoint.as_deref())
-                .bind(t.dead_at)
-                .bind(t.body.as_deref())
-                .bind(t.touched.then_some(now));
-        }
-        q.execute(&mut **tx).await?;
     }
     Ok(())
 }
 
-/// Writes the new state of runs (an occurrence without a run row has none to write).
-pub(super) async fn update_runs(
-    tx: &mut Tx,
-    rows: &[(&Occurrence, &RunRow)],
-    now: i64,
-) -> Result<()> {
-    for chunk in rows.chunks(rows_per_statement(5)) {
-        let mut p = Params::new(tx);
-        let sql = format!(
-            "UPDATE runs SET status = v.column3, attempts = v.column4, reason = v.column5, updated_at = {} \
-             FROM (VALUES {}) AS v WHERE runs.job_id = v.column1 AND runs.scheduled_at = v.column2",
-            p.one(),
-            p.rows(chunk.len(), 5)
-        );
-        let mut q = sqlx::query(&sql).bind(now);
-        for ((job, at), r) in chunk {
-            q = q
-                .bind(job.as_str())
-                .bind(*at)
-                .bind(r.status)
-                .bind(r.attempts)
-                .bind(r.reason.as_deref());
-        }
-        q.execute(&mut **tx).await?;
+/// An attempt row to write, by (ticket, attempt).
+pub(super) type AttemptWrite<'a> = ((Uuid, i64), &'a AttemptRow);
+
+/// One write statement: a chunk of changed rows of one table.
+#[derive(Debug)]
+pub(super) enum Write<'a> {
+    /// Attempts written by this batch (none exists: all of their tickets' attempts were read),
+    /// with every column as the batch left it.
+    InsertAttempts(&'a [AttemptWrite<'a>]),
+    UpdateAttempts(&'a [AttemptWrite<'a>]),
+    /// Status and attempt, and what the batch set of checkpoint, dead letter time, body and
+    /// update time (the rest keeps its stored value).
+    Tickets(&'a [(Uuid, &'a TicketRow)]),
+    /// The new state of runs (an occurrence without a run row has none to write).
+    Runs(&'a [(&'a Occurrence, &'a RunRow)]),
+}
+
+/// The writes of a batch, chunked so no statement binds too many values.
+pub(super) fn writes<'a>(
+    inserted: &'a [AttemptWrite<'a>],
+    updated: &'a [AttemptWrite<'a>],
+    tickets: &'a [(Uuid, &'a TicketRow)],
+    runs: &'a [(&'a Occurrence, &'a RunRow)],
+) -> Vec<Write<'a>> {
+    let mut out: Vec<Write<'a>> = Vec::new();
+    out.extend(
+        inserted
+            .chunks(rows_per_statement(13))
+            .map(Write::InsertAttempts),
+    );
+    out.extend(
+        updated
+            .chunks(rows_per_statement(11))
+            .map(Write::UpdateAttempts),
+    );
+    out.extend(tickets.chunks(rows_per_statement(7)).map(Write::Tickets));
+    out.extend(runs.chunks(rows_per_statement(5)).map(Write::Runs));
+    out
+}
+
+/// Runs `writes` one statement each, in `tx`.
+pub(super) async fn write(tx: &mut Tx, writes: &[Write<'_>], now: i64) -> Result<()> {
+    for w in writes {
+        let sql = w.sql(&mut Params::new(tx));
+        w.bind(sqlx::query(&sql), now).execute(&mut **tx).await?;
     }
     Ok(())
+}
+
+impl<'a> Write<'a> {
+    pub fn sql(&self, p: &mut Params) -> String {
+        match self {
+            Write::InsertAttempts(rows) => format!(
+                "INSERT INTO attempts (ticket_id, attempt, status, created_at, not_before, published_at, \
+                 started_at, finished_at, worker, error, http_status, output, heartbeat_at) VALUES {} \
+                 ON CONFLICT DO NOTHING",
+                p.rows(rows.len(), 13)
+            ),
+            // VALUES columns are `column1..n` on both backends.
+            Write::UpdateAttempts(rows) => format!(
+                "UPDATE attempts SET status = v.column3, published_at = v.column4, started_at = v.column5, \
+                 finished_at = v.column6, worker = v.column7, error = v.column8, http_status = v.column9, \
+                 output = v.column10, heartbeat_at = v.column11 FROM (VALUES {}) AS v \
+                 WHERE attempts.ticket_id = v.column1 AND attempts.attempt = v.column2",
+                p.rows(rows.len(), 11)
+            ),
+            Write::Tickets(rows) => format!(
+                "UPDATE tickets SET status = v.column2, attempt = v.column3, \
+                 checkpoint = COALESCE(v.column4, tickets.checkpoint), dead_at = COALESCE(v.column5, tickets.dead_at), \
+                 body = COALESCE(v.column6, tickets.body), updated_at = COALESCE(v.column7, tickets.updated_at) \
+                 FROM (VALUES {}) AS v WHERE tickets.id = v.column1",
+                p.rows(rows.len(), 7)
+            ),
+            Write::Runs(rows) => format!(
+                "UPDATE runs SET status = v.column3, attempts = v.column4, reason = v.column5, updated_at = {} \
+                 FROM (VALUES {}) AS v WHERE runs.job_id = v.column1 AND runs.scheduled_at = v.column2",
+                p.one(),
+                p.rows(rows.len(), 5)
+            ),
+        }
+    }
+
+    /// Binds this statement's values, in the order of its `sql`, after those `q` has.
+    pub fn bind<'q>(&self, mut q: Q<'q>, now: i64) -> Q<'q>
+    where
+        'a: 'q,
+    {
+        match *self {
+            Write::InsertAttempts(rows) => {
+                for ((ticket, attempt), a) in rows {
+                    q = q
+                        .bind(ticket.to_string())
+                        .bind(*attempt)
+                        .bind(a.status.as_str())
+                        .bind(now)
+                        .bind(a.inserted.flatten());
+                    q = bind_progress(q, a);
+                }
+            }
+            Write::UpdateAttempts(rows) => {
+                for ((ticket, attempt), a) in rows {
+                    q = q
+                        .bind(ticket.to_string())
+                        .bind(*attempt)
+                        .bind(a.status.as_str());
+                    q = bind_progress(q, a);
+                }
+            }
+            Write::Tickets(rows) => {
+                for (id, t) in rows {
+                    q = q
+                        .bind(id.to_string())
+                        .bind(t.status.as_str())
+                        .bind(t.attempt)
+                        .bind(t.checkpoint.as_deref())
+                        .bind(t.dead_at)
+                        .bind(t.body.as_deref())
+                        .bind(t.touched.then_some(now));
+                }
+            }
+            Write::Runs(rows) => {
+                q = q.bind(now);
+                for ((job, at), r) in rows {
+                    q = q
+                        .bind(job.as_str())
+                        .bind(*at)
+                        .bind(r.status)
+                        .bind(r.attempts)
+                        .bind(r.reason.as_deref());
+                }
+            }
+        }
+        q
+    }
+}
+
+/// An attempt's columns from `published_at` to `heartbeat_at`, in the order both attempt
+/// statements list them.
+fn bind_progress<'q>(q: Q<'q>, a: &'q AttemptRow) -> Q<'q> {
+    q.bind(a.published_at)
+        .bind(a.started_at)
+        .bind(a.finished_at)
+        .bind(a.worker.as_deref())
+        .bind(a.error.as_deref())
+        .bind(a.http_status)
+        .bind(a.output.as_deref())
+        .bind(a.heartbeat_at)
 }

@@ -200,6 +200,11 @@ async fn an_older_epoch_is_fenced_once_a_newer_owner_opens(db: TestDb) {
         old.mark_published(&[acked(Uuid::now_v7(), 1)], 0).await,
         Err(StoreError::Fenced { .. })
     ));
+    let stale = report(&ticket(&j, 1000, 1), 1, ResultKind::Succeeded, 1100);
+    assert!(matches!(
+        old.apply_results(&[stale], 1100).await,
+        Err(StoreError::Fenced { .. })
+    ));
     assert_eq!(new.list_jobs(None, None, 10).await.unwrap().len(), 1);
     // a refused write leaves no transaction open: the old owner still reads, and is refused again
     assert_eq!(old.list_jobs(None, None, 10).await.unwrap().len(), 1);

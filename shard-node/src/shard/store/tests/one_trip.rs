@@ -1,9 +1,11 @@
-//! The failure paths of SQLite's one-trip transactions (`store/one_trip.rs`): whatever stops one
-//! midway, nothing of it is written and the next write finds no transaction left open.
+//! The failure paths of SQLite's one-trip and two-trip transactions (`store/one_trip.rs`):
+//! whatever stops one midway, nothing of it is written and the next write finds no transaction
+//! left open.
 
 use sqlx::{Connection, Executor};
 
 use super::*;
+use crate::shard::store::one_trip::OpenTrip;
 
 /// A paused tenant written first, then a statement that fails (a job without its NOT NULL
 /// columns): the first write must not survive.
@@ -71,4 +73,57 @@ async fn a_call_dropped_midway_leaves_no_transaction_open() {
     s.create_job(&job("t", 1000), None).await.unwrap();
     assert_eq!(s.list_jobs(None, None, 10).await.unwrap().len(), 1);
     assert_eq!(paused(&s).await, 0, "the dropped call's write is gone");
+}
+
+/// The first trip of a two-trip transaction writes (the results path only reads there, but any
+/// statement would be undone the same way).
+const WRITES_IN_THE_FIRST_TRIP: &str =
+    "INSERT INTO paused_tenants (tenant, paused_at) VALUES (?, 1); SELECT COUNT(*) FROM jobs";
+
+#[tokio::test]
+async fn a_failed_second_trip_rolls_back_the_first() {
+    let db = TestDb::sqlite();
+    let s = open(&db, 1).await.unwrap();
+    let sql = Store::open_trip_sql(WRITES_IN_THE_FIRST_TRIP);
+    let (open_tx, rows) = s.open_trip(s.one_trip_query(&sql).bind("t")).await.unwrap();
+    assert_eq!(rows.len(), 1, "the first trip's rows come back");
+    let sql = OpenTrip::commit_sql("INSERT INTO jobs (id) VALUES ('no-tenant')");
+    let Err(err) = open_tx.commit(sqlx::query(&sql)).await else {
+        panic!("a job without a tenant was written");
+    };
+    assert!(matches!(err, StoreError::Db(_)), "not fenced: {err}");
+    assert_eq!(paused(&s).await, 0, "the first trip's write is gone");
+    s.create_job(&job("t", 1000), None).await.unwrap();
+    assert_eq!(s.list_jobs(None, None, 10).await.unwrap().len(), 1);
+}
+
+/// A two-trip transaction dropped between its trips (its caller cancelled while it applied the
+/// reads) must not go back to the pool open: the next write would fail to begin, and its
+/// rollback would take the dropped transaction's writes with it.
+#[tokio::test]
+async fn a_transaction_dropped_between_its_trips_is_rolled_back() {
+    let db = TestDb::sqlite();
+    let s = open(&db, 1).await.unwrap();
+    let sql = Store::open_trip_sql(WRITES_IN_THE_FIRST_TRIP);
+    let (open_tx, _) = s.open_trip(s.one_trip_query(&sql).bind("t")).await.unwrap();
+    drop(open_tx);
+    s.create_job(&job("t", 1000), None).await.unwrap();
+    assert_eq!(s.list_jobs(None, None, 10).await.unwrap().len(), 1);
+    assert_eq!(
+        paused(&s).await,
+        0,
+        "the dropped transaction's write is gone"
+    );
+}
+
+/// Empty writes still commit what the first trip did.
+#[tokio::test]
+async fn a_second_trip_without_writes_commits() {
+    let db = TestDb::sqlite();
+    let s = open(&db, 1).await.unwrap();
+    let sql = Store::open_trip_sql(WRITES_IN_THE_FIRST_TRIP);
+    let (open_tx, _) = s.open_trip(s.one_trip_query(&sql).bind("t")).await.unwrap();
+    let sql = OpenTrip::commit_sql("");
+    open_tx.commit(sqlx::query(&sql)).await.unwrap();
+    assert_eq!(paused(&s).await, 1);
 }

@@ -447,6 +447,32 @@ impl Rng {
     }
 }
 
+/// A batch larger than one statement of each read and write (ids per `IN` list, rows per
+/// multi-row statement): every chunk is read and written, on SQLite within the same two trips.
+async fn a_batch_larger_than_a_statement_applies_every_chunk(db: TestDb) {
+    let tw = Twins::open(&db).await;
+    let mut batch = Vec::new();
+    for k in 0..300 {
+        let j = with_retry(job("t", 1000), 3, Backoff::Fixed);
+        let t = tw.fire(&j, 1000, 1).await.remove(0);
+        batch.push(report(&t, 1, ResultKind::Started, 1100));
+        // most fail (their next attempts are written), the others succeed
+        let kind = if k % 10 == 0 {
+            ResultKind::Succeeded
+        } else {
+            ResultKind::Failed
+        };
+        batch.push(report(&t, 1, kind, 1200));
+    }
+    let a = tw.apply(&batch, 1300).await;
+    let retries = a
+        .follow_ups
+        .iter()
+        .filter(|f| matches!(f, FollowUp::Retry { .. }))
+        .count();
+    assert_eq!((a.changed, a.dead, retries), (600, 0, 270));
+}
+
 async fn a_batch_applies_exactly_like_one_result_at_a_time(db: TestDb) {
     let tw = Twins::open(&db).await;
     let kinds = [
@@ -529,4 +555,5 @@ store_tests!(
     a_sharded_occurrence_whose_items_finish_in_one_batch,
     the_shard_loop_gets_only_follow_ups_with_something_to_do,
     a_batch_applies_exactly_like_one_result_at_a_time,
+    a_batch_larger_than_a_statement_applies_every_chunk,
 );
