@@ -4,17 +4,31 @@
 //! SQLite's worker thread, or over the network to Postgres), and the round trips were most of a
 //! fire's cost. The rules are those of `Store::fire_in`: a stale job writes nothing, an occurrence
 //! with a run already is `Exists`, and tickets are written only with their run.
+//!
+//! `fire_simple` runs the statements one at a time in a transaction; on SQLite,
+//! `fire_simple_in_two_trips` sends every read in one trip (the opening with it) and every write
+//! with the commit in a second (`one_trip`). Each statement is built by one function and bound
+//! by another, for both.
 
 use std::collections::HashSet;
 
+use sqlx::{
+    any::{AnyArguments, AnyRow},
+    query::Query,
+    Any, Row,
+};
 use uuid::Uuid;
 
 use super::{
-    json_rows, json_rows_of, parse_uuid, rows_per_statement,
+    json_rows, one_trip,
+    one_trip::OpenTrip,
+    parse_uuid, rows_per_statement,
     tickets::{FireOutcome, FireRequest, Fired},
-    Params, Result, StoreError, Tx,
+    Params, Result, Store, StoreError, Tx,
 };
 use chronoshard_wire::{Overlap, Ticket};
+
+type Q<'q> = Query<'q, Any, AnyArguments<'q>>;
 
 /// Whether the fast path may write this request: one occurrence, nothing to record as not
 /// fired, no overlap policy to judge, and a next occurrence to move from.
@@ -75,47 +89,19 @@ pub(super) async fn fire_simple(
 async fn move_jobs(tx: &mut Tx, requests: &[FireRequest<'_>], now: i64) -> Result<HashSet<Uuid>> {
     let mut moved = HashSet::new();
     for chunk in requests.chunks(rows_per_statement(4)) {
-        let sql = format!(
-            "SELECT {} FROM jobs JOIN (VALUES {}) AS v ON jobs.id = v.column1 \
-             WHERE jobs.next_fire_at = v.column2 AND jobs.state = 'active'",
-            json_rows_of(tx, "jobs.id"),
-            Params::new(tx).rows(chunk.len(), 2)
-        );
-        let mut q = sqlx::query_scalar::<_, String>(&sql);
-        for r in chunk {
-            q = q.bind(r.job_id.to_string()).bind(r.expected_next);
-        }
-        let rows = q.fetch_one(&mut **tx).await?;
-        let ready = json_rows::<(String,)>(&rows)?
-            .into_iter()
-            .map(|(id,)| parse_uuid(&id))
-            .collect::<Result<HashSet<Uuid>>>()?;
+        let sql = ready_sql(&mut Params::new(tx), chunk.len());
+        let row = bind_ready(sqlx::query(&sql), chunk)
+            .fetch_one(&mut **tx)
+            .await?;
+        let ready = ready_of(&row)?;
         if ready.is_empty() {
             continue;
         }
-        let mut p = Params::new(tx);
-        // VALUES columns are `column1..4` on both backends.
-        let sql = format!(
-            "UPDATE jobs SET next_fire_at = v.column2, state = v.column3, updated_at = {} \
-             FROM (VALUES {}) AS v \
-             WHERE jobs.id = v.column1 AND jobs.next_fire_at = v.column4 AND jobs.state = 'active'",
-            p.one(),
-            p.rows(chunk.len(), 4)
-        );
-        let mut q = sqlx::query(&sql).bind(now);
-        for r in chunk {
-            let state = if r.next_fire_at.is_some() {
-                "active"
-            } else {
-                "completed"
-            };
-            q = q
-                .bind(r.job_id.to_string())
-                .bind(r.next_fire_at)
-                .bind(state)
-                .bind(r.expected_next);
-        }
-        let updated = q.execute(&mut **tx).await?.rows_affected();
+        let sql = move_sql(&mut Params::new(tx), chunk.len());
+        let updated = bind_move(sqlx::query(&sql), chunk, now)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
         as_read(updated, ready.len(), "jobs moved on")?;
         moved.extend(ready);
     }
@@ -131,18 +117,11 @@ async fn insert_runs(
 ) -> Result<HashSet<(Uuid, i64)>> {
     let mut created = HashSet::new();
     for chunk in runs.chunks(rows_per_statement(6)) {
-        let sql = format!(
-            "SELECT {} FROM runs JOIN (VALUES {}) AS v \
-             ON runs.job_id = v.column1 AND runs.scheduled_at = v.column2",
-            json_rows_of(tx, "runs.job_id, runs.scheduled_at"),
-            Params::new(tx).rows(chunk.len(), 2)
-        );
-        let mut q = sqlx::query_scalar::<_, String>(&sql);
-        for (job, at) in chunk {
-            q = q.bind(job).bind(*at);
-        }
-        let rows = q.fetch_one(&mut **tx).await?;
-        let existing: HashSet<(String, i64)> = json_rows(&rows)?.into_iter().collect();
+        let sql = runs_read_sql(&mut Params::new(tx), chunk.len());
+        let row = bind_runs(sqlx::query(&sql), chunk)
+            .fetch_one(&mut **tx)
+            .await?;
+        let existing = existing_of(&row)?;
         let mut new = HashSet::new();
         for (job, at) in chunk {
             if !existing.contains(&(job.clone(), *at)) {
@@ -152,26 +131,286 @@ async fn insert_runs(
         if new.is_empty() {
             continue;
         }
-        let sql = format!(
-            "INSERT INTO runs (job_id, scheduled_at, status, attempts, created_at, updated_at) \
-             VALUES {} ON CONFLICT DO NOTHING",
-            Params::new(tx).rows(chunk.len(), 6)
-        );
-        let mut q = sqlx::query(&sql);
-        for (job, at) in chunk {
-            q = q
-                .bind(job)
-                .bind(*at)
-                .bind("dispatched")
-                .bind(1i64)
-                .bind(now)
-                .bind(now);
-        }
-        let inserted = q.execute(&mut **tx).await?.rows_affected();
+        let sql = runs_insert_sql(&mut Params::new(tx), chunk.len());
+        let inserted = bind_new_runs(sqlx::query(&sql), chunk, now)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
         as_read(inserted, new.len(), "runs created")?;
         created.extend(new);
     }
     Ok(created)
+}
+
+/// Writes first-attempt tickets and their attempt rows.
+pub(super) async fn insert_tickets(tx: &mut Tx, tickets: &[Ticket], now: i64) -> Result<()> {
+    for chunk in tickets.chunks(rows_per_statement(12)) {
+        let sql = tickets_sql(&mut Params::new(tx), chunk.len());
+        bind_tickets(sqlx::query(&sql), chunk, now)?
+            .execute(&mut **tx)
+            .await?;
+        let sql = attempts_sql(&mut Params::new(tx), chunk.len());
+        bind_attempts(sqlx::query(&sql), chunk, now)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
+/// `fire_simple` on SQLite in two trips: the opening with the reads of the jobs that will move
+/// and of the runs that exist, then the writes with the commit. The second trip's row count
+/// must be what the reads said (the write lock is held in between).
+pub(super) async fn fire_simple_in_two_trips(
+    store: &Store,
+    requests: Vec<FireRequest<'_>>,
+    now: i64,
+) -> Result<Vec<FireOutcome>> {
+    let runs: Vec<(String, i64)> = requests
+        .iter()
+        .map(|r| (r.job_id.to_string(), r.occurrences[0].0))
+        .collect();
+    let job_chunks: Vec<&[FireRequest<'_>]> = requests.chunks(rows_per_statement(4)).collect();
+    let run_chunks: Vec<&[(String, i64)]> = runs.chunks(rows_per_statement(2)).collect();
+    let sql = Store::open_trip_sql(&format!(
+        "{}; {}",
+        one_trip::statements(&job_chunks, |c, p| ready_sql(p, c.len())),
+        one_trip::statements(&run_chunks, |c, p| runs_read_sql(p, c.len())),
+    ));
+    let q = job_chunks
+        .iter()
+        .fold(store.one_trip_query(&sql), |q, c| bind_ready(q, c));
+    let q = run_chunks.iter().fold(q, |q, c| bind_runs(q, c));
+    let (open, found) = store.open_trip(q).await?;
+    if found.len() != job_chunks.len() + run_chunks.len() {
+        return Err(StoreError::Corrupt(format!(
+            "{} reads returned {} rows",
+            job_chunks.len() + run_chunks.len(),
+            found.len()
+        )));
+    }
+    let (found_jobs, found_runs) = found.split_at(job_chunks.len());
+    let mut ready = HashSet::new();
+    for row in found_jobs {
+        ready.extend(ready_of(row)?);
+    }
+    let mut existing = HashSet::new();
+    for row in found_runs {
+        existing.extend(existing_of(row)?);
+    }
+    let (mut moved, mut new_runs, mut tickets) = (Vec::new(), Vec::new(), Vec::new());
+    let mut outs = Vec::with_capacity(requests.len());
+    for (req, run) in requests.into_iter().zip(runs) {
+        // Taken out of `ready`: a second request for the same job in one batch is stale, as in
+        // `fire_simple`.
+        if !ready.remove(&req.job_id) {
+            outs.push(FireOutcome {
+                stale: true,
+                ..Default::default()
+            });
+            continue;
+        }
+        moved.push((req.job_id, req.expected_next, req.next_fire_at));
+        let (at, item_tickets) = req.occurrences.into_iter().next().expect("one occurrence");
+        let mut out = FireOutcome::default();
+        if existing.contains(&run) {
+            out.occurrences.push((at, Fired::Exists));
+        } else {
+            new_runs.push(run);
+            out.occurrences.push((at, Fired::Ticketed));
+            tickets.extend(item_tickets.iter().cloned());
+            out.tickets = item_tickets;
+        }
+        outs.push(out);
+    }
+    let move_chunks: Vec<&[Moved]> = moved.chunks(rows_per_statement(4)).collect();
+    let new_chunks: Vec<&[(String, i64)]> = new_runs.chunks(rows_per_statement(6)).collect();
+    let ticket_chunks: Vec<&[Ticket]> = tickets.chunks(rows_per_statement(12)).collect();
+    let body = [
+        one_trip::statements(&move_chunks, |c, p| move_sql(p, c.len())),
+        one_trip::statements(&new_chunks, |c, p| runs_insert_sql(p, c.len())),
+        one_trip::statements(&ticket_chunks, |c, p| {
+            format!("{}; {}", tickets_sql(p, c.len()), attempts_sql(p, c.len()))
+        }),
+    ]
+    .into_iter()
+    .filter(|s| !s.is_empty())
+    .collect::<Vec<_>>()
+    .join("; ");
+    let sql = OpenTrip::commit_sql(&body);
+    let q = move_chunks
+        .iter()
+        .fold(sqlx::query(&sql), |q, c| bind_moved(q, c, now));
+    let q = new_chunks.iter().fold(q, |q, c| bind_new_runs(q, c, now));
+    let mut q = q;
+    for c in &ticket_chunks {
+        q = bind_attempts(bind_tickets(q, c, now)?, c, now);
+    }
+    let written = open.commit_counting(q).await?;
+    as_read(
+        written,
+        moved.len() + new_runs.len() + 2 * tickets.len(),
+        "jobs moved on, runs created, tickets and attempts written",
+    )?;
+    Ok(outs)
+}
+
+/// A job to move on: its id, the occurrence it must still be at, and the next one.
+type Moved = (Uuid, Option<i64>, Option<i64>);
+
+/// The jobs of `n` requests (id, expected next occurrence) that are still at that occurrence and
+/// active, as one JSON value.
+fn ready_sql(p: &mut Params, n: usize) -> String {
+    format!(
+        "SELECT {} FROM jobs JOIN (VALUES {}) AS v ON jobs.id = v.column1 \
+         WHERE jobs.next_fire_at = v.column2 AND jobs.state = 'active'",
+        p.json_rows_of("jobs.id"),
+        p.rows(n, 2)
+    )
+}
+
+fn bind_ready<'q>(mut q: Q<'q>, chunk: &[FireRequest<'_>]) -> Q<'q> {
+    for r in chunk {
+        q = q.bind(r.job_id.to_string()).bind(r.expected_next);
+    }
+    q
+}
+
+fn ready_of(row: &AnyRow) -> Result<HashSet<Uuid>> {
+    json_rows::<(String,)>(&row.try_get::<String, _>(0)?)?
+        .into_iter()
+        .map(|(id,)| parse_uuid(&id))
+        .collect()
+}
+
+/// Moves `n` jobs on (id, next occurrence, state, expected occurrence), those still at the
+/// expected one and active only; its first value is the time.
+fn move_sql(p: &mut Params, n: usize) -> String {
+    // VALUES columns are `column1..4` on both backends.
+    format!(
+        "UPDATE jobs SET next_fire_at = v.column2, state = v.column3, updated_at = {} \
+         FROM (VALUES {}) AS v \
+         WHERE jobs.id = v.column1 AND jobs.next_fire_at = v.column4 AND jobs.state = 'active'",
+        p.one(),
+        p.rows(n, 4)
+    )
+}
+
+fn bind_move<'q>(q: Q<'q>, chunk: &[FireRequest<'_>], now: i64) -> Q<'q> {
+    let moved: Vec<Moved> = chunk
+        .iter()
+        .map(|r| (r.job_id, r.expected_next, r.next_fire_at))
+        .collect();
+    bind_moved(q, &moved, now)
+}
+
+fn bind_moved<'q>(mut q: Q<'q>, chunk: &[Moved], now: i64) -> Q<'q> {
+    q = q.bind(now);
+    for (job, expected, next) in chunk {
+        let state = if next.is_some() {
+            "active"
+        } else {
+            "completed"
+        };
+        q = q
+            .bind(job.to_string())
+            .bind(*next)
+            .bind(state)
+            .bind(*expected);
+    }
+    q
+}
+
+/// The runs of `n` occurrences (job id, scheduled time) that exist, as one JSON value.
+fn runs_read_sql(p: &mut Params, n: usize) -> String {
+    format!(
+        "SELECT {} FROM runs JOIN (VALUES {}) AS v \
+         ON runs.job_id = v.column1 AND runs.scheduled_at = v.column2",
+        p.json_rows_of("runs.job_id, runs.scheduled_at"),
+        p.rows(n, 2)
+    )
+}
+
+fn bind_runs<'q>(mut q: Q<'q>, chunk: &'q [(String, i64)]) -> Q<'q> {
+    for (job, at) in chunk {
+        q = q.bind(job.as_str()).bind(*at);
+    }
+    q
+}
+
+fn existing_of(row: &AnyRow) -> Result<HashSet<(String, i64)>> {
+    Ok(json_rows(&row.try_get::<String, _>(0)?)?
+        .into_iter()
+        .collect())
+}
+
+/// Inserts `n` `dispatched` runs; an existing one is left alone.
+fn runs_insert_sql(p: &mut Params, n: usize) -> String {
+    format!(
+        "INSERT INTO runs (job_id, scheduled_at, status, attempts, created_at, updated_at) \
+         VALUES {} ON CONFLICT DO NOTHING",
+        p.rows(n, 6)
+    )
+}
+
+fn bind_new_runs<'q>(mut q: Q<'q>, chunk: &'q [(String, i64)], now: i64) -> Q<'q> {
+    for (job, at) in chunk {
+        q = q
+            .bind(job.as_str())
+            .bind(*at)
+            .bind("dispatched")
+            .bind(1i64)
+            .bind(now)
+            .bind(now);
+    }
+    q
+}
+
+fn tickets_sql(p: &mut Params, n: usize) -> String {
+    format!(
+        "INSERT INTO tickets (id, job_id, scheduled_at, item, status, attempt, epoch, queue, body, timeout_ms, created_at, updated_at) \
+         VALUES {}",
+        p.rows(n, 12)
+    )
+}
+
+fn bind_tickets<'q>(mut q: Q<'q>, chunk: &'q [Ticket], now: i64) -> Result<Q<'q>> {
+    for t in chunk {
+        q = q
+            .bind(t.ticket_id.to_string())
+            .bind(t.job_id.to_string())
+            .bind(t.scheduled_at.timestamp_millis())
+            .bind(t.item as i64)
+            .bind("dispatched")
+            .bind(t.attempt as i64)
+            .bind(t.epoch as i64)
+            .bind(&t.queue)
+            .bind(super::tickets::ticket_json(t)?)
+            .bind(t.timeout_ms as i64)
+            .bind(now)
+            .bind(now);
+    }
+    Ok(q)
+}
+
+/// The first attempts of `n` tickets. Takes the tickets' chunks (12 columns to its 5): a little
+/// below its best size, one loop.
+fn attempts_sql(p: &mut Params, n: usize) -> String {
+    format!(
+        "INSERT INTO attempts (ticket_id, attempt, status, created_at, not_before) VALUES {}",
+        p.rows(n, 5)
+    )
+}
+
+fn bind_attempts<'q>(mut q: Q<'q>, chunk: &[Ticket], now: i64) -> Q<'q> {
+    for t in chunk {
+        q = q
+            .bind(t.ticket_id.to_string())
+            .bind(t.attempt as i64)
+            .bind("dispatched")
+            .bind(now)
+            .bind(super::tickets::not_before(t, now));
+    }
+    q
 }
 
 /// A write that follows a read of which rows it changes must change exactly those (the
@@ -184,51 +423,6 @@ fn as_read(changed: u64, read: usize, what: &str) -> Result<()> {
             "{what}: {changed} rows where a read found {read}"
         )))
     }
-}
-
-/// Writes first-attempt tickets and their attempt rows.
-pub(super) async fn insert_tickets(tx: &mut Tx, tickets: &[Ticket], now: i64) -> Result<()> {
-    // The attempts' statement (5 columns) takes the tickets' chunks (12): a little below its
-    // best size, one loop.
-    for chunk in tickets.chunks(rows_per_statement(12)) {
-        let sql = format!(
-            "INSERT INTO tickets (id, job_id, scheduled_at, item, status, attempt, epoch, queue, body, timeout_ms, created_at, updated_at) \
-             VALUES {}",
-            Params::new(tx).rows(chunk.len(), 12)
-        );
-        let mut q = sqlx::query(&sql);
-        for t in chunk {
-            q = q
-                .bind(t.ticket_id.to_string())
-                .bind(t.job_id.to_string())
-                .bind(t.scheduled_at.timestamp_millis())
-                .bind(t.item as i64)
-                .bind("dispatched")
-                .bind(t.attempt as i64)
-                .bind(t.epoch as i64)
-                .bind(&t.queue)
-                .bind(super::tickets::ticket_json(t)?)
-                .bind(t.timeout_ms as i64)
-                .bind(now)
-                .bind(now);
-        }
-        q.execute(&mut **tx).await?;
-        let sql = format!(
-            "INSERT INTO attempts (ticket_id, attempt, status, created_at, not_before) VALUES {}",
-            Params::new(tx).rows(chunk.len(), 5)
-        );
-        let mut q = sqlx::query(&sql);
-        for t in chunk {
-            q = q
-                .bind(t.ticket_id.to_string())
-                .bind(t.attempt as i64)
-                .bind("dispatched")
-                .bind(now)
-                .bind(super::tickets::not_before(t, now));
-        }
-        q.execute(&mut **tx).await?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -22,11 +22,12 @@
 //! Postgres does not run multi-statement strings with parameters; its callers keep the
 //! statement-by-statement path. This module must not know what the reads and writes are.
 
+use futures::TryStreamExt;
 use sqlx::{
     any::{AnyArguments, AnyRow},
     pool::PoolConnection,
     query::Query,
-    Any, Executor,
+    Any, Either, Executor,
 };
 
 use super::{Params, Result, Store, StoreError};
@@ -138,10 +139,15 @@ impl Store {
         armed: &mut Armed,
         q: Query<'q, Any, AnyArguments<'q>>,
     ) -> Result<Vec<AnyRow>> {
-        let e = match q.fetch_all(&mut **armed.conn()).await {
-            Ok(rows) => return Ok(rows),
-            Err(e) => e,
-        };
+        match q.fetch_all(&mut **armed.conn()).await {
+            Ok(rows) => Ok(rows),
+            Err(e) => Err(self.failed(armed, e).await),
+        }
+    }
+
+    /// What a failed trip returns, once its transaction is rolled back and its connection has
+    /// left `armed`.
+    async fn failed(&self, armed: &mut Armed, e: sqlx::Error) -> StoreError {
         // The epoch check rolled back already; a failed write did not. The connection goes
         // back to the pool only once no transaction is open on it: after this rollback, or
         // when there was none to roll back. Otherwise it is closed.
@@ -150,16 +156,21 @@ impl Store {
             Err(r) if r.to_string().contains("no transaction is active") => armed.release(),
             Err(_) => armed.close(),
         }
-        let current: Option<i64> = sqlx::query_scalar("SELECT epoch FROM shard_meta WHERE id = 1")
-            .fetch_optional(&self.pool)
-            .await?;
+        let current: Option<i64> =
+            match sqlx::query_scalar("SELECT epoch FROM shard_meta WHERE id = 1")
+                .fetch_optional(&self.pool)
+                .await
+            {
+                Ok(c) => c,
+                Err(read) => return read.into(),
+            };
         match current {
-            Some(c) if c as u64 == self.epoch => Err(e.into()),
-            other => Err(StoreError::Fenced {
+            Some(c) if c as u64 == self.epoch => e.into(),
+            other => StoreError::Fenced {
                 shard: self.shard,
                 mine: self.epoch,
                 current: other.unwrap_or_default() as u64,
-            }),
+            },
         }
     }
 }
@@ -172,6 +183,36 @@ impl OpenTrip<'_> {
             "COMMIT".to_string()
         } else {
             format!("{body}; COMMIT")
+        }
+    }
+
+    /// `commit` for writes whose row count is checked: returns the rows its statements changed.
+    /// (Not `execute`'s total: SQLite reports the last write's count again for `COMMIT`.)
+    pub(super) async fn commit_counting<'q>(
+        mut self,
+        q: Query<'q, Any, AnyArguments<'q>>,
+    ) -> Result<u64> {
+        let counted: std::result::Result<Vec<u64>, sqlx::Error> = async {
+            // Deprecated because only SQLite runs several statements in one string: this is
+            // SQLite's path.
+            #[allow(deprecated)]
+            let mut results = q.fetch_many(&mut **self.armed.conn());
+            let mut counts = Vec::new();
+            while let Some(r) = results.try_next().await? {
+                if let Either::Left(done) = r {
+                    counts.push(done.rows_affected());
+                }
+            }
+            Ok(counts)
+        }
+        .await;
+        match counted {
+            Ok(mut counts) => {
+                self.armed.release();
+                counts.pop(); // COMMIT's
+                Ok(counts.iter().sum())
+            }
+            Err(e) => Err(self.store.failed(&mut self.armed, e).await),
         }
     }
 

@@ -95,6 +95,12 @@ impl Store {
         requests: Vec<FireRequest<'_>>,
         now: i64,
     ) -> Result<Vec<FireOutcome>> {
+        if self.one_trip_available()
+            && !requests.is_empty()
+            && requests.iter().all(super::bulk::is_simple)
+        {
+            return super::bulk::fire_simple_in_two_trips(self, requests, now).await;
+        }
         let mut tx = self.write().await?;
         let (simple, other): (Vec<_>, Vec<_>) = requests
             .into_iter()

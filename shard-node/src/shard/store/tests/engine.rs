@@ -549,6 +549,82 @@ async fn a_batch_fires_each_job_once_and_a_stale_entry_spoils_nothing(db: TestDb
     assert!(s.runs(b.id, None, 10).await.unwrap().is_empty());
 }
 
+/// A batch of simple requests larger than one statement of each read and write (on SQLite all
+/// of them in two trips): every job moves on once, a duplicate and a stale entry write nothing,
+/// an occurrence with a run already gets no ticket, and a last occurrence completes its job.
+async fn a_large_simple_batch_writes_every_chunk(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
+    let jobs: Vec<JobRow> = (0..250).map(|_| job("t", 1000)).collect();
+    let new: Vec<(&JobRow, Option<&str>)> = jobs.iter().map(|j| (j, None)).collect();
+    s.create_jobs(&new).await.unwrap();
+    // jobs[1] has a run at 1000 already (a trigger in that millisecond)
+    fire(
+        &s,
+        &jobs[1],
+        None,
+        None,
+        vec![ticket(&jobs[1], 1000, 1)],
+        1000,
+    )
+    .await
+    .unwrap();
+    let request = |j: &JobRow, expected: i64, next: Option<i64>| FireRequest {
+        job_id: j.id,
+        expected_next: Some(expected),
+        next_fire_at: next,
+        not_fired: &[],
+        occurrences: vec![(expected, vec![ticket(j, expected, 1)])],
+        overlap: Overlap::Allow,
+    };
+    let mut requests: Vec<FireRequest> = jobs
+        .iter()
+        .enumerate()
+        .map(|(i, j)| request(j, 1000, (i != 2).then_some(2000)))
+        .collect();
+    requests[3] = request(&jobs[3], 999, Some(2000)); // stale
+    requests.push(request(&jobs[0], 1000, Some(2000))); // a duplicate wheel entry
+    let outs = s.fire_batch(requests, 1000).await.unwrap();
+    assert_eq!(outs.len(), 251);
+    let ticketed: Vec<usize> = (0..outs.len())
+        .filter(|i| outs[*i].tickets.len() == 1)
+        .collect();
+    assert_eq!(
+        ticketed.len(),
+        248,
+        "all but the existing, stale and duplicate"
+    );
+    assert!(outs[3].stale && outs[250].stale && !outs[0].stale);
+    assert_eq!(outs[1].occurrences, vec![(1000, Fired::Exists)]);
+    for (i, j) in jobs.iter().enumerate() {
+        let row = s.get_job(j.id).await.unwrap().unwrap();
+        let want = match i {
+            2 => (None, JobState::Completed),
+            3 => (Some(1000), JobState::Active),
+            _ => (Some(2000), JobState::Active),
+        };
+        assert_eq!((row.next_fire_at, row.state), want, "job {i}");
+    }
+    let count = |table: &str| {
+        let sql = format!("SELECT COUNT(*) FROM {table}");
+        let pool = s.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(&sql)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    // the 248 fired now and jobs[1]'s earlier one
+    assert_eq!(
+        (
+            count("runs").await,
+            count("tickets").await,
+            count("attempts").await
+        ),
+        (249, 249, 249)
+    );
+}
+
 async fn a_mixed_batch_keeps_its_order_and_writes_one_ticket_per_occurrence(db: TestDb) {
     let s = open(&db, 1).await.unwrap();
     let (a, c) = (job("t", 1000), job("t", 1000));
@@ -609,6 +685,7 @@ async fn a_mixed_batch_keeps_its_order_and_writes_one_ticket_per_occurrence(db: 
 store_tests!(
     a_mixed_batch_keeps_its_order_and_writes_one_ticket_per_occurrence,
     a_batch_fires_each_job_once_and_a_stale_entry_spoils_nothing,
+    a_large_simple_batch_writes_every_chunk,
     a_buffered_occurrence_is_not_overtaken_before_its_release,
     replace_leaves_an_occurrence_of_the_same_instant_alone,
     a_failed_attempt_is_retried_under_the_same_ticket_until_it_is_dead,
