@@ -6,9 +6,9 @@
 //! with a run already is `Exists`, and tickets are written only with their run.
 //!
 //! `fire_simple` runs the statements one at a time in a transaction; on SQLite,
-//! `fire_simple_in_two_trips` sends every read in one trip (the opening with it) and every write
-//! with the commit in a second (`one_trip`). Each statement is built by one function and bound
-//! by another, for both.
+//! `fire_simple_in_three_trips` sends every read in one trip (the opening with it), every write
+//! in a second and `COMMIT` once their row count is checked (`one_trip`). Each statement is
+//! built by one function and bound by another, for both.
 
 use std::collections::HashSet;
 
@@ -50,8 +50,12 @@ pub(super) async fn fire_simple(
     let mut runs: Vec<(String, i64)> = Vec::new();
     for req in &requests {
         // Taken out of `moved`: a second request for the same job in one batch is stale, as it
-        // would be one by one (the first moved the job on).
-        if moved.remove(&req.job_id) {
+        // would be one by one (the first moved the job on); so is one for an occurrence the job
+        // is not at, even if the job moved for another request.
+        if req
+            .expected_next
+            .is_some_and(|at| moved.remove(&(req.job_id, at)))
+        {
             runs.push((req.job_id.to_string(), req.occurrences[0].0));
             outs.push(FireOutcome::default());
         } else {
@@ -80,13 +84,18 @@ pub(super) async fn fire_simple(
     Ok(outs)
 }
 
-/// Moves each job from its expected next occurrence to the one after; returns the jobs moved
-/// (the others were stale: changed since the wheel entry was made).
+/// Moves each job from its expected next occurrence to the one after; returns the jobs moved,
+/// with the occurrence they moved from (the others were stale: changed since the wheel entry
+/// was made).
 ///
 /// The jobs that will move are read first, as one JSON value (`json_rows_of`), rather than
 /// returned by the update row by row: the transaction holds the write lock, so nothing changes
 /// in between, and the update must move exactly those.
-async fn move_jobs(tx: &mut Tx, requests: &[FireRequest<'_>], now: i64) -> Result<HashSet<Uuid>> {
+async fn move_jobs(
+    tx: &mut Tx,
+    requests: &[FireRequest<'_>],
+    now: i64,
+) -> Result<HashSet<(Uuid, i64)>> {
     let mut moved = HashSet::new();
     for chunk in requests.chunks(rows_per_statement(4)) {
         let sql = ready_sql(&mut Params::new(tx), chunk.len());
@@ -157,10 +166,11 @@ pub(super) async fn insert_tickets(tx: &mut Tx, tickets: &[Ticket], now: i64) ->
     Ok(())
 }
 
-/// `fire_simple` on SQLite in two trips: the opening with the reads of the jobs that will move
-/// and of the runs that exist, then the writes with the commit. The second trip's row count
-/// must be what the reads said (the write lock is held in between).
-pub(super) async fn fire_simple_in_two_trips(
+/// `fire_simple` on SQLite in three trips: the opening with the reads of the jobs that will move
+/// and of the runs that exist, then the writes, whose row count must be what the reads said
+/// (the write lock is held in between; a wrong count rolls everything back, as in
+/// `fire_simple`), then `COMMIT`.
+pub(super) async fn fire_simple_in_three_trips(
     store: &Store,
     requests: Vec<FireRequest<'_>>,
     now: i64,
@@ -189,6 +199,8 @@ pub(super) async fn fire_simple_in_two_trips(
         )));
     }
     let (found_jobs, found_runs) = found.split_at(job_chunks.len());
+    // By job and occurrence: two requests for one job at different occurrences cannot both
+    // move it.
     let mut ready = HashSet::new();
     for row in found_jobs {
         ready.extend(ready_of(row)?);
@@ -202,7 +214,10 @@ pub(super) async fn fire_simple_in_two_trips(
     for (req, run) in requests.into_iter().zip(runs) {
         // Taken out of `ready`: a second request for the same job in one batch is stale, as in
         // `fire_simple`.
-        if !ready.remove(&req.job_id) {
+        if !req
+            .expected_next
+            .is_some_and(|at| ready.remove(&(req.job_id, at)))
+        {
             outs.push(FireOutcome {
                 stale: true,
                 ..Default::default()
@@ -236,21 +251,24 @@ pub(super) async fn fire_simple_in_two_trips(
     .filter(|s| !s.is_empty())
     .collect::<Vec<_>>()
     .join("; ");
-    let sql = OpenTrip::commit_sql(&body);
-    let q = move_chunks
-        .iter()
-        .fold(sqlx::query(&sql), |q, c| bind_moved(q, c, now));
-    let q = new_chunks.iter().fold(q, |q, c| bind_new_runs(q, c, now));
-    let mut q = q;
-    for c in &ticket_chunks {
-        q = bind_attempts(bind_tickets(q, c, now)?, c, now);
+    let mut open = open;
+    if !body.is_empty() {
+        let q = move_chunks
+            .iter()
+            .fold(sqlx::query(&body), |q, c| bind_moved(q, c, now));
+        let q = new_chunks.iter().fold(q, |q, c| bind_new_runs(q, c, now));
+        let mut q = q;
+        for c in &ticket_chunks {
+            q = bind_attempts(bind_tickets(q, c, now)?, c, now);
+        }
+        let written = open.write(q).await?;
+        as_read(
+            written,
+            moved.len() + new_runs.len() + 2 * tickets.len(),
+            "jobs moved on, runs created, tickets and attempts written",
+        )?;
     }
-    let written = open.commit_counting(q).await?;
-    as_read(
-        written,
-        moved.len() + new_runs.len() + 2 * tickets.len(),
-        "jobs moved on, runs created, tickets and attempts written",
-    )?;
+    open.commit(sqlx::query(&OpenTrip::commit_sql(""))).await?;
     Ok(outs)
 }
 
@@ -258,12 +276,13 @@ pub(super) async fn fire_simple_in_two_trips(
 type Moved = (Uuid, Option<i64>, Option<i64>);
 
 /// The jobs of `n` requests (id, expected next occurrence) that are still at that occurrence and
-/// active, as one JSON value.
+/// active, as one JSON value of (id, occurrence): a request moves its job only if it is for the
+/// occurrence the job is at.
 fn ready_sql(p: &mut Params, n: usize) -> String {
     format!(
         "SELECT {} FROM jobs JOIN (VALUES {}) AS v ON jobs.id = v.column1 \
          WHERE jobs.next_fire_at = v.column2 AND jobs.state = 'active'",
-        p.json_rows_of("jobs.id"),
+        p.json_rows_of("jobs.id, jobs.next_fire_at"),
         p.rows(n, 2)
     )
 }
@@ -275,10 +294,10 @@ fn bind_ready<'q>(mut q: Q<'q>, chunk: &[FireRequest<'_>]) -> Q<'q> {
     q
 }
 
-fn ready_of(row: &AnyRow) -> Result<HashSet<Uuid>> {
-    json_rows::<(String,)>(&row.try_get::<String, _>(0)?)?
+fn ready_of(row: &AnyRow) -> Result<HashSet<(Uuid, i64)>> {
+    json_rows::<(String, i64)>(&row.try_get::<String, _>(0)?)?
         .into_iter()
-        .map(|(id,)| parse_uuid(&id))
+        .map(|(id, at)| Ok((parse_uuid(&id)?, at)))
         .collect()
 }
 

@@ -17,17 +17,17 @@
 //! A transaction that must read before it knows what to write takes two trips: `open_trip` runs
 //! the opening and the reads and leaves the transaction open (`OpenTrip`), `OpenTrip::commit`
 //! runs the writes and `COMMIT`. The connection stays out of the pool in between, and closes if
-//! the `OpenTrip` is dropped before its commit.
+//! the `OpenTrip` is dropped before its commit. Writes whose row count must be checked before
+//! they are committed take a third trip (`OpenTrip::write`, then a bare `COMMIT`).
 //!
 //! Postgres does not run multi-statement strings with parameters; its callers keep the
 //! statement-by-statement path. This module must not know what the reads and writes are.
 
-use futures::TryStreamExt;
 use sqlx::{
     any::{AnyArguments, AnyRow},
     pool::PoolConnection,
     query::Query,
-    Any, Either, Executor,
+    Any, Executor,
 };
 
 use super::{Params, Result, Store, StoreError};
@@ -186,32 +186,12 @@ impl OpenTrip<'_> {
         }
     }
 
-    /// `commit` for writes whose row count is checked: returns the rows its statements changed.
-    /// (Not `execute`'s total: SQLite reports the last write's count again for `COMMIT`.)
-    pub(super) async fn commit_counting<'q>(
-        mut self,
-        q: Query<'q, Any, AnyArguments<'q>>,
-    ) -> Result<u64> {
-        let counted: std::result::Result<Vec<u64>, sqlx::Error> = async {
-            // Deprecated because only SQLite runs several statements in one string: this is
-            // SQLite's path.
-            #[allow(deprecated)]
-            let mut results = q.fetch_many(&mut **self.armed.conn());
-            let mut counts = Vec::new();
-            while let Some(r) = results.try_next().await? {
-                if let Either::Left(done) = r {
-                    counts.push(done.rows_affected());
-                }
-            }
-            Ok(counts)
-        }
-        .await;
-        match counted {
-            Ok(mut counts) => {
-                self.armed.release();
-                counts.pop(); // COMMIT's
-                Ok(counts.iter().sum())
-            }
+    /// Runs writes (`statements`, no `COMMIT`) whose row count the caller checks before it
+    /// commits: returns the rows they changed. A trip of its own, so a wrong count can still be
+    /// rolled back (drop this). After an error the transaction is gone: drop this too.
+    pub(super) async fn write<'q>(&mut self, q: Query<'q, Any, AnyArguments<'q>>) -> Result<u64> {
+        match q.execute(&mut **self.armed.conn()).await {
+            Ok(done) => Ok(done.rows_affected()),
             Err(e) => Err(self.store.failed(&mut self.armed, e).await),
         }
     }

@@ -99,7 +99,7 @@ impl Store {
             && !requests.is_empty()
             && requests.iter().all(super::bulk::is_simple)
         {
-            return super::bulk::fire_simple_in_two_trips(self, requests, now).await;
+            return super::bulk::fire_simple_in_three_trips(self, requests, now).await;
         }
         let mut tx = self.write().await?;
         let (simple, other): (Vec<_>, Vec<_>) = requests

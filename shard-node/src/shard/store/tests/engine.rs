@@ -550,8 +550,9 @@ async fn a_batch_fires_each_job_once_and_a_stale_entry_spoils_nothing(db: TestDb
 }
 
 /// A batch of simple requests larger than one statement of each read and write (on SQLite all
-/// of them in two trips): every job moves on once, a duplicate and a stale entry write nothing,
-/// an occurrence with a run already gets no ticket, and a last occurrence completes its job.
+/// of them in a few trips): every job moves on once, a duplicate and stale entries write nothing
+/// (one of them for a job whose right entry comes after it), an occurrence with a run already
+/// gets no ticket, and a last occurrence completes its job.
 async fn a_large_simple_batch_writes_every_chunk(db: TestDb) {
     let s = open(&db, 1).await.unwrap();
     let jobs: Vec<JobRow> = (0..250).map(|_| job("t", 1000)).collect();
@@ -582,9 +583,11 @@ async fn a_large_simple_batch_writes_every_chunk(db: TestDb) {
         .map(|(i, j)| request(j, 1000, (i != 2).then_some(2000)))
         .collect();
     requests[3] = request(&jobs[3], 999, Some(2000)); // stale
+                                                      // jobs[4] at an occurrence it is not at, before its right entry
+    requests.insert(4, request(&jobs[4], 2000, Some(3000)));
     requests.push(request(&jobs[0], 1000, Some(2000))); // a duplicate wheel entry
     let outs = s.fire_batch(requests, 1000).await.unwrap();
-    assert_eq!(outs.len(), 251);
+    assert_eq!(outs.len(), 252);
     let ticketed: Vec<usize> = (0..outs.len())
         .filter(|i| outs[*i].tickets.len() == 1)
         .collect();
@@ -593,7 +596,8 @@ async fn a_large_simple_batch_writes_every_chunk(db: TestDb) {
         248,
         "all but the existing, stale and duplicate"
     );
-    assert!(outs[3].stale && outs[250].stale && !outs[0].stale);
+    assert!(outs[3].stale && outs[4].stale && outs[251].stale);
+    assert!(!outs[0].stale && !outs[5].stale);
     assert_eq!(outs[1].occurrences, vec![(1000, Fired::Exists)]);
     for (i, j) in jobs.iter().enumerate() {
         let row = s.get_job(j.id).await.unwrap().unwrap();

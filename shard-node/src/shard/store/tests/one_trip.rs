@@ -127,3 +127,29 @@ async fn a_second_trip_without_writes_commits() {
     open_tx.commit(sqlx::query(&sql)).await.unwrap();
     assert_eq!(paused(&s).await, 1);
 }
+
+/// Writes whose count is checked before the commit (`OpenTrip::write`) are undone when the
+/// caller finds the count wrong and drops the transaction.
+#[tokio::test]
+async fn checked_writes_dropped_before_the_commit_are_rolled_back() {
+    let db = TestDb::sqlite();
+    let s = open(&db, 1).await.unwrap();
+    let sql = Store::open_trip_sql("SELECT COUNT(*) FROM jobs");
+    let (mut open_tx, _) = s.open_trip(s.one_trip_query(&sql)).await.unwrap();
+    let written = open_tx
+        .write(
+            sqlx::query(
+                "INSERT INTO paused_tenants (tenant, paused_at) VALUES (?, 1); \
+                 INSERT INTO paused_tenants (tenant, paused_at) VALUES (?, 1)",
+            )
+            .bind("t")
+            .bind("u"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(written, 2, "the rows both statements changed");
+    drop(open_tx);
+    assert_eq!(paused(&s).await, 0, "nothing was committed");
+    s.create_job(&job("t", 1000), None).await.unwrap();
+    assert_eq!(s.list_jobs(None, None, 10).await.unwrap().len(), 1);
+}
