@@ -261,7 +261,8 @@ pub(super) async fn fire_simple_in_three_trips(
         for c in &ticket_chunks {
             q = bind_attempts(bind_tickets(q, c, now)?, c, now);
         }
-        let written = open.write(q).await?;
+        let written;
+        (open, written) = open.write(q).await?;
         as_read(
             written,
             moved.len() + new_runs.len() + 2 * tickets.len(),

@@ -187,11 +187,15 @@ impl OpenTrip<'_> {
     }
 
     /// Runs writes (`statements`, no `COMMIT`) whose row count the caller checks before it
-    /// commits: returns the rows they changed. A trip of its own, so a wrong count can still be
-    /// rolled back (drop this). After an error the transaction is gone: drop this too.
-    pub(super) async fn write<'q>(&mut self, q: Query<'q, Any, AnyArguments<'q>>) -> Result<u64> {
+    /// commits: returns the transaction, still open, and the rows they changed. A trip of its
+    /// own, so a wrong count can still be rolled back (drop the transaction). After an error
+    /// there is no transaction left.
+    pub(super) async fn write<'q>(
+        mut self,
+        q: Query<'q, Any, AnyArguments<'q>>,
+    ) -> Result<(Self, u64)> {
         match q.execute(&mut **self.armed.conn()).await {
-            Ok(done) => Ok(done.rows_affected()),
+            Ok(done) => Ok((self, done.rows_affected())),
             Err(e) => Err(self.store.failed(&mut self.armed, e).await),
         }
     }

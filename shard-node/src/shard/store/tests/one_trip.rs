@@ -135,8 +135,8 @@ async fn checked_writes_dropped_before_the_commit_are_rolled_back() {
     let db = TestDb::sqlite();
     let s = open(&db, 1).await.unwrap();
     let sql = Store::open_trip_sql("SELECT COUNT(*) FROM jobs");
-    let (mut open_tx, _) = s.open_trip(s.one_trip_query(&sql)).await.unwrap();
-    let written = open_tx
+    let (open_tx, _) = s.open_trip(s.one_trip_query(&sql)).await.unwrap();
+    let (open_tx, written) = open_tx
         .write(
             sqlx::query(
                 "INSERT INTO paused_tenants (tenant, paused_at) VALUES (?, 1); \
@@ -150,6 +150,25 @@ async fn checked_writes_dropped_before_the_commit_are_rolled_back() {
     assert_eq!(written, 2, "the rows both statements changed");
     drop(open_tx);
     assert_eq!(paused(&s).await, 0, "nothing was committed");
+    s.create_job(&job("t", 1000), None).await.unwrap();
+    assert_eq!(s.list_jobs(None, None, 10).await.unwrap().len(), 1);
+}
+
+/// Checked writes that fail leave nothing written and no transaction open.
+#[tokio::test]
+async fn checked_writes_that_fail_leave_nothing_behind() {
+    let db = TestDb::sqlite();
+    let s = open(&db, 1).await.unwrap();
+    let sql = Store::open_trip_sql("SELECT COUNT(*) FROM jobs");
+    let (open_tx, _) = s.open_trip(s.one_trip_query(&sql)).await.unwrap();
+    let Err(err) = open_tx
+        .write(sqlx::query(FAILS_AFTER_A_WRITE).bind("t"))
+        .await
+    else {
+        panic!("a job without a tenant was written");
+    };
+    assert!(matches!(err, StoreError::Db(_)), "not fenced: {err}");
+    assert_eq!(paused(&s).await, 0, "the write before the failure is gone");
     s.create_job(&job("t", 1000), None).await.unwrap();
     assert_eq!(s.list_jobs(None, None, 10).await.unwrap().len(), 1);
 }
