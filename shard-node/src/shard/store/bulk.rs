@@ -190,14 +190,9 @@ pub(super) async fn fire_simple_in_three_trips(
         .iter()
         .fold(store.one_trip_query(&sql), |q, c| bind_ready(q, c));
     let q = run_chunks.iter().fold(q, |q, c| bind_runs(q, c));
-    let (open, found) = store.open_trip(q).await?;
-    if found.len() != job_chunks.len() + run_chunks.len() {
-        return Err(StoreError::Corrupt(format!(
-            "{} reads returned {} rows",
-            job_chunks.len() + run_chunks.len(),
-            found.len()
-        )));
-    }
+    let (open, found) = store
+        .open_trip(q, job_chunks.len() + run_chunks.len())
+        .await?;
     let (found_jobs, found_runs) = found.split_at(job_chunks.len());
     // By job and occurrence: two requests for one job at different occurrences cannot both
     // move it.
@@ -256,8 +251,7 @@ pub(super) async fn fire_simple_in_three_trips(
         let q = move_chunks
             .iter()
             .fold(sqlx::query(&body), |q, c| bind_moved(q, c, now));
-        let q = new_chunks.iter().fold(q, |q, c| bind_new_runs(q, c, now));
-        let mut q = q;
+        let mut q = new_chunks.iter().fold(q, |q, c| bind_new_runs(q, c, now));
         for c in &ticket_chunks {
             q = bind_attempts(bind_tickets(q, c, now)?, c, now);
         }

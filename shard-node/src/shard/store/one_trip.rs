@@ -121,14 +121,23 @@ impl Store {
         format!("{OPEN}{body}")
     }
 
-    /// Runs an `open_trip_sql` query: returns the open transaction and the rows its statements
-    /// returned, in order. Fenced when another owner's epoch is in the database.
+    /// Runs an `open_trip_sql` query whose body is `reads` statements returning one row each
+    /// (e.g. a `json_rows_of` select): returns the open transaction and those rows, in order.
+    /// Fenced when another owner's epoch is in the database.
     pub(super) async fn open_trip<'q>(
         &self,
         q: Query<'q, Any, AnyArguments<'q>>,
+        reads: usize,
     ) -> Result<(OpenTrip<'_>, Vec<AnyRow>)> {
         let mut armed = Armed(Some(self.pool.acquire().await?));
         let rows = self.run_armed(&mut armed, q).await?;
+        if rows.len() != reads {
+            // dropped armed: the connection closes, and the transaction with it
+            return Err(StoreError::Corrupt(format!(
+                "{reads} reads returned {} rows",
+                rows.len()
+            )));
+        }
         Ok((OpenTrip { store: self, armed }, rows))
     }
 

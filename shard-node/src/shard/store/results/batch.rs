@@ -52,14 +52,7 @@ pub(super) async fn apply_in_two_trips(
     let q = reads
         .iter()
         .fold(store.one_trip_query(&sql), |q, r| r.bind(q));
-    let (open, found) = store.open_trip(q).await?;
-    if found.len() != reads.len() {
-        return Err(StoreError::Corrupt(format!(
-            "{} reads returned {} rows",
-            reads.len(),
-            found.len()
-        )));
-    }
+    let (open, found) = store.open_trip(q, reads.len()).await?;
     let mut fetched = rows::Fetched::default();
     for (r, row) in reads.iter().zip(&found) {
         r.parse(row, &mut fetched)?;

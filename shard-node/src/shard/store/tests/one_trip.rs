@@ -85,7 +85,10 @@ async fn a_failed_second_trip_rolls_back_the_first() {
     let db = TestDb::sqlite();
     let s = open(&db, 1).await.unwrap();
     let sql = Store::open_trip_sql(WRITES_IN_THE_FIRST_TRIP);
-    let (open_tx, rows) = s.open_trip(s.one_trip_query(&sql).bind("t")).await.unwrap();
+    let (open_tx, rows) = s
+        .open_trip(s.one_trip_query(&sql).bind("t"), 1)
+        .await
+        .unwrap();
     assert_eq!(rows.len(), 1, "the first trip's rows come back");
     let sql = OpenTrip::commit_sql("INSERT INTO jobs (id) VALUES ('no-tenant')");
     let Err(err) = open_tx.commit(sqlx::query(&sql)).await else {
@@ -105,7 +108,10 @@ async fn a_transaction_dropped_between_its_trips_is_rolled_back() {
     let db = TestDb::sqlite();
     let s = open(&db, 1).await.unwrap();
     let sql = Store::open_trip_sql(WRITES_IN_THE_FIRST_TRIP);
-    let (open_tx, _) = s.open_trip(s.one_trip_query(&sql).bind("t")).await.unwrap();
+    let (open_tx, _) = s
+        .open_trip(s.one_trip_query(&sql).bind("t"), 1)
+        .await
+        .unwrap();
     drop(open_tx);
     s.create_job(&job("t", 1000), None).await.unwrap();
     assert_eq!(s.list_jobs(None, None, 10).await.unwrap().len(), 1);
@@ -122,7 +128,10 @@ async fn a_second_trip_without_writes_commits() {
     let db = TestDb::sqlite();
     let s = open(&db, 1).await.unwrap();
     let sql = Store::open_trip_sql(WRITES_IN_THE_FIRST_TRIP);
-    let (open_tx, _) = s.open_trip(s.one_trip_query(&sql).bind("t")).await.unwrap();
+    let (open_tx, _) = s
+        .open_trip(s.one_trip_query(&sql).bind("t"), 1)
+        .await
+        .unwrap();
     let sql = OpenTrip::commit_sql("");
     open_tx.commit(sqlx::query(&sql)).await.unwrap();
     assert_eq!(paused(&s).await, 1);
@@ -135,7 +144,7 @@ async fn checked_writes_dropped_before_the_commit_are_rolled_back() {
     let db = TestDb::sqlite();
     let s = open(&db, 1).await.unwrap();
     let sql = Store::open_trip_sql("SELECT COUNT(*) FROM jobs");
-    let (open_tx, _) = s.open_trip(s.one_trip_query(&sql)).await.unwrap();
+    let (open_tx, _) = s.open_trip(s.one_trip_query(&sql), 1).await.unwrap();
     let (open_tx, written) = open_tx
         .write(
             sqlx::query(
@@ -160,7 +169,7 @@ async fn checked_writes_that_fail_leave_nothing_behind() {
     let db = TestDb::sqlite();
     let s = open(&db, 1).await.unwrap();
     let sql = Store::open_trip_sql("SELECT COUNT(*) FROM jobs");
-    let (open_tx, _) = s.open_trip(s.one_trip_query(&sql)).await.unwrap();
+    let (open_tx, _) = s.open_trip(s.one_trip_query(&sql), 1).await.unwrap();
     let Err(err) = open_tx
         .write(sqlx::query(FAILS_AFTER_A_WRITE).bind("t"))
         .await
