@@ -409,6 +409,26 @@ async fn creates_in_one_transaction_see_each_other(db: TestDb) {
     assert!(newer.get_job(late.id).await.unwrap().is_none());
 }
 
+/// SQLite is built as `.cargo/config.toml` says: a page cache per connection, not one pool
+/// behind a global mutex for every shard of the process, and no global allocation counter.
+#[tokio::test]
+async fn sqlite_keeps_one_page_cache_per_connection() {
+    let db = TestDb::sqlite();
+    let s = open(&db, 1).await.unwrap();
+    let options: Vec<String> = sqlx::query_scalar("PRAGMA compile_options")
+        .fetch_all(&s.pool)
+        .await
+        .unwrap();
+    assert!(
+        !options.iter().any(|o| o == "ENABLE_MEMORY_MANAGEMENT"),
+        "one page cache pool for every connection: {options:?}"
+    );
+    assert!(
+        options.iter().any(|o| o == "DEFAULT_MEMSTATUS=0"),
+        "allocations counted under a global mutex: {options:?}"
+    );
+}
+
 /// What a shard reads when it opens must not read every job: at 10 million jobs a scan took
 /// 7.7 s per shard, and the shard took no writes meanwhile. (SQLite's plan; Postgres has the
 /// same index from the same migration.)
