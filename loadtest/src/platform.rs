@@ -274,6 +274,14 @@ async fn terminate(child: &mut Child, grace: Duration) {
     }
 }
 
+/// The first non-blank line of `path` from byte `from` on, if any (cut to 400 characters).
+fn first_line_from(path: &Path, from: u64) -> Option<String> {
+    let bytes = std::fs::read(path).ok()?;
+    let text = String::from_utf8_lossy(bytes.get(from as usize..)?);
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
+    Some(line.chars().take(400).collect())
+}
+
 /// Starts `program cmd…` with stdout and stderr copied to `log`, and waits (up to `timeout`) for
 /// a stdout line containing `ready` (no wait when empty). Returns the process and the stdout
 /// lines read until then.
@@ -292,7 +300,10 @@ async fn start(
             .append(true)
             .open(path)
     };
-    let err = append(&log.with_extension("stderr.log"))?;
+    let err_log = log.with_extension("stderr.log");
+    let err = append(&err_log)?;
+    // Where this start's own stderr begins in a log that may hold a predecessor's.
+    let err_from = err.metadata().map(|m| m.len()).unwrap_or(0);
     let mut child = Command::new(program)
         .args(&cmd)
         .stdin(Stdio::null())
@@ -325,7 +336,14 @@ async fn start(
         if let Some(why) = why {
             // A clean stop, so that a child of its own (dev's nats-server) goes with it.
             terminate(&mut child, Duration::from_secs(10)).await;
-            bail!("{name} {why}; see {} and its .stderr.log", log.display());
+            // What it said on its way out is usually the reason (no nats-server, a port in use).
+            let said = first_line_from(&err_log, err_from)
+                .map(|l| format!(": {l}"))
+                .unwrap_or_default();
+            bail!(
+                "{name} {why}{said}; see {} and its .stderr.log",
+                log.display()
+            );
         }
     }
     // Keep draining its output (it logs to stdout) so it never blocks on a full pipe: bytes as
@@ -378,4 +396,44 @@ pub fn find_chronoshard(given: Option<&Path>) -> anyhow::Result<PathBuf> {
         "no `chronoshard` binary found next to this program or on PATH: build it with \
          `cargo build --release -p chronoshard`, or pass --chronoshard PATH",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process that dies before it is ready is reported with what it wrote to stderr, not only
+    /// with where its logs are: an earlier start's stderr in the same log is not repeated.
+    #[tokio::test]
+    async fn a_process_that_dies_early_is_reported_with_its_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("p.log");
+        std::fs::write(
+            log.with_extension("stderr.log"),
+            "Error: from an earlier start\n",
+        )
+        .unwrap();
+        let script = "echo starting; echo >&2; echo 'Error: no nats-server found on PATH' >&2; \
+                      echo 'Stack backtrace:' >&2; exit 1";
+        let Err(err) = start(
+            Path::new("sh"),
+            "p",
+            vec!["-c".into(), script.into()],
+            &log,
+            "is ready",
+            Duration::from_secs(30),
+        )
+        .await
+        else {
+            panic!("a process that exited was taken as ready");
+        };
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with(
+                "p exited before it was ready: Error: no nats-server found on PATH; see "
+            ),
+            "{msg}"
+        );
+        assert!(!msg.contains("earlier start"), "{msg}");
+    }
 }
