@@ -274,12 +274,23 @@ async fn terminate(child: &mut Child, grace: Duration) {
     }
 }
 
-/// The first non-blank line of `path` from byte `from` on, if any (cut to 400 characters).
-fn first_line_from(path: &Path, from: u64) -> Option<String> {
-    let bytes = std::fs::read(path).ok()?;
-    let text = String::from_utf8_lossy(bytes.get(from as usize..)?);
-    let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
-    Some(line.chars().take(400).collect())
+/// What a process wrote to `path` from byte `from` on, as one line for an error message: its
+/// first non-blank line, and for a Rust panic ("thread 'main' panicked at file:line:col:") the
+/// message on the next one too. Reads at most 64 KiB; keeps at most 400 characters.
+fn stderr_gist(path: &Path, from: u64) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path).ok()?;
+    file.seek(SeekFrom::Start(from)).ok()?;
+    let mut bytes = Vec::new();
+    file.take(64 * 1024).read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next()?;
+    let gist = match lines.next() {
+        Some(message) if first.contains(" panicked at ") => format!("{first} {message}"),
+        _ => first.to_string(),
+    };
+    Some(gist.chars().take(400).collect())
 }
 
 /// Starts `program cmd…` with stdout and stderr copied to `log`, and waits (up to `timeout`) for
@@ -337,8 +348,8 @@ async fn start(
             // A clean stop, so that a child of its own (dev's nats-server) goes with it.
             terminate(&mut child, Duration::from_secs(10)).await;
             // What it said on its way out is usually the reason (no nats-server, a port in use).
-            let said = first_line_from(&err_log, err_from)
-                .map(|l| format!(": {l}"))
+            let said = stderr_gist(&err_log, err_from)
+                .map(|l| format!(" (stderr: {l})"))
                 .unwrap_or_default();
             bail!(
                 "{name} {why}{said}; see {} and its .stderr.log",
@@ -402,8 +413,27 @@ pub fn find_chronoshard(given: Option<&Path>) -> anyhow::Result<PathBuf> {
 mod tests {
     use super::*;
 
+    /// Runs `sh -c script` as process "p" logging to `log`, and returns the error of a start
+    /// that must fail.
+    async fn dies(script: &str, log: &Path) -> String {
+        let Err(err) = start(
+            Path::new("sh"),
+            "p",
+            vec!["-c".into(), script.into()],
+            log,
+            "is ready",
+            Duration::from_secs(30),
+        )
+        .await
+        else {
+            panic!("a process that exited was taken as ready");
+        };
+        err.to_string()
+    }
+
     /// A process that dies before it is ready is reported with what it wrote to stderr, not only
-    /// with where its logs are: an earlier start's stderr in the same log is not repeated.
+    /// with where its logs are; an earlier start's stderr in the same (appended) log is not, and
+    /// a panic's message (on the line after "panicked at") comes with it.
     #[tokio::test]
     async fn a_process_that_dies_early_is_reported_with_its_reason() {
         let dir = tempfile::tempdir().unwrap();
@@ -413,27 +443,25 @@ mod tests {
             "Error: from an earlier start\n",
         )
         .unwrap();
-        let script = "echo starting; echo >&2; echo 'Error: no nats-server found on PATH' >&2; \
-                      echo 'Stack backtrace:' >&2; exit 1";
-        let Err(err) = start(
-            Path::new("sh"),
-            "p",
-            vec!["-c".into(), script.into()],
-            &log,
-            "is ready",
-            Duration::from_secs(30),
-        )
-        .await
-        else {
-            panic!("a process that exited was taken as ready");
-        };
-        let msg = err.to_string();
-        assert!(
-            msg.starts_with(
-                "p exited before it was ready: Error: no nats-server found on PATH; see "
+        let cases = [
+            (
+                "echo starting; echo >&2; echo 'Error: no nats-server found on PATH' >&2; \
+                 echo 'Stack backtrace:' >&2; exit 1",
+                "p exited before it was ready (stderr: Error: no nats-server found on PATH); see ",
+                "earlier start",
             ),
-            "{msg}"
-        );
-        assert!(!msg.contains("earlier start"), "{msg}");
+            (
+                "echo \"thread 'main' panicked at cli/src/main.rs:1:2:\" >&2; \
+                 echo 'address already in use' >&2; exit 101",
+                "p exited before it was ready (stderr: thread 'main' panicked at \
+                 cli/src/main.rs:1:2: address already in use); see ",
+                "nats-server",
+            ),
+        ];
+        for (script, said, not_said) in cases {
+            let msg = dies(script, &log).await;
+            assert!(msg.starts_with(said), "{msg}");
+            assert!(!msg.contains(not_said), "{msg}");
+        }
     }
 }
