@@ -19,6 +19,12 @@ async fn paused(s: &Store) -> i64 {
         .unwrap()
 }
 
+/// The next write on the connection commits: no transaction was left open on it.
+async fn takes_a_write(s: &Store) {
+    s.create_job(&job("t", 1000), None).await.unwrap();
+    assert_eq!(s.list_jobs(None, None, 10).await.unwrap().len(), 1);
+}
+
 #[tokio::test]
 async fn a_failed_statement_rolls_back_the_writes_before_it() {
     let db = TestDb::sqlite();
@@ -30,8 +36,7 @@ async fn a_failed_statement_rolls_back_the_writes_before_it() {
     assert!(matches!(err, StoreError::Db(_)), "not fenced: {err}");
     assert_eq!(paused(&s).await, 0, "the write before the failure is gone");
     // the connection is not left inside the failed transaction
-    s.create_job(&job("t", 1000), None).await.unwrap();
-    assert_eq!(s.list_jobs(None, None, 10).await.unwrap().len(), 1);
+    takes_a_write(&s).await;
 }
 
 /// A call dropped while SQLite runs it (here: during a slow statement between a write and the
@@ -70,8 +75,7 @@ async fn a_call_dropped_midway_leaves_no_transaction_open() {
         tokio::task::yield_now().await;
     }
     drop(call);
-    s.create_job(&job("t", 1000), None).await.unwrap();
-    assert_eq!(s.list_jobs(None, None, 10).await.unwrap().len(), 1);
+    takes_a_write(&s).await;
     assert_eq!(paused(&s).await, 0, "the dropped call's write is gone");
 }
 
@@ -96,8 +100,7 @@ async fn a_failed_second_trip_rolls_back_the_first() {
     };
     assert!(matches!(err, StoreError::Db(_)), "not fenced: {err}");
     assert_eq!(paused(&s).await, 0, "the first trip's write is gone");
-    s.create_job(&job("t", 1000), None).await.unwrap();
-    assert_eq!(s.list_jobs(None, None, 10).await.unwrap().len(), 1);
+    takes_a_write(&s).await;
 }
 
 /// A two-trip transaction dropped between its trips (its caller cancelled while it applied the
@@ -113,8 +116,7 @@ async fn a_transaction_dropped_between_its_trips_is_rolled_back() {
         .await
         .unwrap();
     drop(open_tx);
-    s.create_job(&job("t", 1000), None).await.unwrap();
-    assert_eq!(s.list_jobs(None, None, 10).await.unwrap().len(), 1);
+    takes_a_write(&s).await;
     assert_eq!(
         paused(&s).await,
         0,
@@ -159,8 +161,7 @@ async fn checked_writes_dropped_before_the_commit_are_rolled_back() {
     assert_eq!(written, 2, "the rows both statements changed");
     drop(open_tx);
     assert_eq!(paused(&s).await, 0, "nothing was committed");
-    s.create_job(&job("t", 1000), None).await.unwrap();
-    assert_eq!(s.list_jobs(None, None, 10).await.unwrap().len(), 1);
+    takes_a_write(&s).await;
 }
 
 /// Checked writes that fail leave nothing written and no transaction open.
@@ -178,6 +179,5 @@ async fn checked_writes_that_fail_leave_nothing_behind() {
     };
     assert!(matches!(err, StoreError::Db(_)), "not fenced: {err}");
     assert_eq!(paused(&s).await, 0, "the write before the failure is gone");
-    s.create_job(&job("t", 1000), None).await.unwrap();
-    assert_eq!(s.list_jobs(None, None, 10).await.unwrap().len(), 1);
+    takes_a_write(&s).await;
 }
