@@ -1,4 +1,5 @@
-//! The platform's REST API as the load test uses it: create and delete jobs, read runs and nodes.
+//! The platform's REST API as the load test uses it: create and delete jobs, read runs, nodes
+//! and metrics.
 //! Only the public contract (DESIGN.md §4); no knowledge of shards or databases.
 
 use std::time::Duration;
@@ -163,6 +164,12 @@ impl Api {
             status: 200,
             body,
         })
+    }
+
+    /// `GET /metrics`: the Prometheus text of the process behind the API.
+    pub async fn metrics(&self) -> Result<String, ApiError> {
+        let req = self.http.get(format!("{}/metrics", self.base));
+        self.send(|| "read /metrics".into(), req).await
     }
 
     /// `GET /readyz` answered 200.

@@ -216,6 +216,8 @@ async fn drive(
         shard_nodes: platform.shard_nodes,
         workers: s.workers,
     };
+    // Read before anything of this run reaches the platform: the views are what it gained.
+    let metrics_before = api.metrics().await;
     if args.common.raw {
         ctx.phase("raw ceiling");
         report.raw = Some(measure_raw(&platform.nats_url, &ctx.run_id, s.jobs.max(50_000)).await?);
@@ -374,6 +376,10 @@ async fn drive(
             .push(format!("the platform was not quiet at the end: {why}"));
     }
     let recorded_us = drained.recorded_us;
+    match probe::metrics::over_run(&metrics_before, &api.metrics().await) {
+        Ok(views) => report.server = views,
+        Err(warning) => ctx.warnings.push(warning),
+    }
 
     stop_probes.cancel();
     let watched = watcher.await?;

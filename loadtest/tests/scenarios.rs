@@ -135,6 +135,27 @@ fn spread_measures_every_phase_and_writes_both_reports() {
     let buckets = r["timeline"]["buckets"].as_array().unwrap();
     let fired: u64 = buckets.iter().map(|b| b["fired"].as_u64().unwrap()).sum();
     assert_eq!(fired, 300);
+    // The platform's own histograms over the run: every ticket published (the dev process holds
+    // all the shards), every create, each with its shares at the bucket bounds.
+    let server = r["server"].as_array().unwrap();
+    let metric = |m: &str| {
+        server
+            .iter()
+            .find(|v| v["metric"].as_str().unwrap().starts_with(m))
+            .unwrap_or_else(|| panic!("no {m} in {server:?}"))
+    };
+    let fire_view = metric("chronoshard_fire_lateness_seconds");
+    assert_eq!(fire_view["count"], 300, "{fire_view}");
+    let create_view = metric("chronoshard_http_request_duration_seconds{method=\"POST\"");
+    assert_eq!(create_view["count"], 300, "{create_view}");
+    let within = create_view["within"].as_array().unwrap();
+    let last = within.last().unwrap()[1].as_f64().unwrap();
+    assert!(last > 0.0 && last <= 1.0, "{create_view}");
+    assert!(
+        o.stdout.contains("  server   fire lateness"),
+        "{}",
+        o.stdout
+    );
     let html = std::fs::read_to_string(o.dir.unwrap().join("report.html")).unwrap();
     assert!(html.contains("<svg") && !html.contains("<script src"));
     assert!(

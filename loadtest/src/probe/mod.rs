@@ -1,8 +1,10 @@
 //! Watching the platform from outside, through its public contract only: tickets as they are
 //! published (`nats.rs`), executor starts in the no-op workers (`noop.rs`) or the HTTP sink
-//! (`sink.rs`), and the CPU and memory of the processes involved (`procs.rs`). Probes record
+//! (`sink.rs`), the CPU and memory of the processes involved (`procs.rs`), and the platform's
+//! own histograms on its `/metrics` (`metrics.rs`). Probes record
 //! events with wall-clock microseconds; they judge nothing (`check.rs` and `stats.rs` do).
 
+pub mod metrics;
 pub mod nats;
 pub mod noop;
 pub mod procs;

@@ -185,6 +185,16 @@ fn summary(o: &mut String, r: &Report) -> Result {
     }
     let head = "figure|count|per s|p50 ms|p90 ms|p99 ms|p99.9 ms|max ms|details";
     table(o, head, rows)?;
+    if !r.server.is_empty() {
+        *o += "<h3>The platform's own histograms (its /metrics, over this run)</h3>";
+        list(
+            o,
+            &r.server
+                .iter()
+                .map(super::text::server_line)
+                .collect::<Vec<_>>(),
+        )?;
+    }
     if let Some(c) = r.create.as_ref().filter(|c| !c.errors.is_empty()) {
         *o += "<h3>Create errors (first few)</h3>";
         list(o, &c.errors)?;
@@ -657,6 +667,11 @@ mod tests {
             fairness: None,
             start_histogram: hist(vec![0.1, 1.0], vec![3, 7, 1]),
             events: vec![Event { t_s: 2.5, what: format!("kill worker {EVIL}") }],
+            server: vec![ServerView {
+                what: format!("fire {EVIL}"), metric: "m{}".into(), count: 1000,
+                within: vec![(1.0, 0.5), (3.0, 0.99), (10.0, 0.995)],
+                p99_le_ms: Some(3.0), p999_le_ms: None,
+            }],
             targets: vec![target("p99", Some(true)), target(EVIL, Some(false)), target("x", None)],
             warnings: vec![format!("warn {EVIL}")],
         }
@@ -718,6 +733,8 @@ mod tests {
             ">90.5 s<",
             ">16.0 GiB<",
             ">64.0<",
+            "<h3>The platform's own histograms (its /metrics, over this run)</h3>",
+            ": 1000 · 50.0% ≤ 1 ms · 99.0% ≤ 3 ms · 99.5% ≤ 10 ms · p99 ≤ 3 ms · p99.9 above the last bucket</li>",
         ];
         for e in expected {
             assert!(html.contains(e), "{e}");

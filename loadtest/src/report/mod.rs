@@ -48,6 +48,9 @@ pub struct Report {
     pub start_histogram: Option<Histogram>,
     /// What the run did to the platform and when (faults, phases), for the plots' annotations.
     pub events: Vec<Event>,
+    /// The platform's own histograms over the run (its `/metrics`), beside the probes' figures.
+    #[serde(default)]
+    pub server: Vec<ServerView>,
     /// Each measured figure next to its target.
     pub targets: Vec<TargetCheck>,
     /// Anything that makes the figures less trustworthy (a creator that fell behind, a scrape that
@@ -243,4 +246,30 @@ pub struct TargetCheck {
     pub measured: String,
     /// `None` when this run cannot tell (e.g. the figure was not measured).
     pub met: Option<bool>,
+}
+
+/// A histogram of the platform over this run, summed over the series that match.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct ServerView {
+    /// What it measures, as docs/metrics.md says.
+    pub what: String,
+    /// The metric and the labels selected (`name{label="value"}`).
+    pub metric: String,
+    pub count: u64,
+    /// Each finite bucket bound in ms with the share of observations at or under it.
+    pub within: Vec<(f64, f64)>,
+    /// The bound (ms) the 99th and 99.9th percentiles fall at or under; `None` when they are
+    /// above the last finite bound.
+    pub p99_le_ms: Option<f64>,
+    pub p999_le_ms: Option<f64>,
+}
+
+impl ServerView {
+    /// The share of observations at or under `ms`, if that is a bucket bound.
+    pub fn share_within(&self, ms: f64) -> Option<f64> {
+        self.within
+            .iter()
+            .find(|(b, _)| (b - ms).abs() < 1e-9)
+            .map(|&(_, s)| s)
+    }
 }

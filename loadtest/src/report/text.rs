@@ -3,13 +3,28 @@
 
 use std::{fmt::Write, path::Path};
 
-use super::{Percentiles, Report};
+use super::{Percentiles, Report, ServerView};
 
 fn lat(p: &Percentiles) -> String {
     format!(
         "p50 {:.2} · p99 {:.2} · p99.9 {:.2} · max {:.2} ms",
         p.p50, p.p99, p.p999, p.max
     )
+}
+
+/// A histogram of the platform's own: its count, the share within 1, 3 and 10 ms (the bounds
+/// the targets are stated at) and where p99 and p99.9 fall.
+pub fn server_line(v: &ServerView) -> String {
+    let mut s = format!("{}: {}", v.what, v.count);
+    for ms in [1.0, 3.0, 10.0] {
+        if let Some(share) = v.share_within(ms) {
+            let _ = write!(s, " · {:.1}% ≤ {ms} ms", share * 100.0);
+        }
+    }
+    let le =
+        |b: Option<f64>| b.map_or("above the last bucket".to_string(), |b| format!("≤ {b} ms"));
+    let _ = write!(s, " · p99 {} · p99.9 {}", le(v.p99_le_ms), le(v.p999_le_ms));
+    s
 }
 
 pub fn summary(r: &Report, dir: &Path) -> String {
@@ -76,6 +91,9 @@ pub fn summary(r: &Report, dir: &Path) -> String {
             raw.per_s,
             lat(&raw.round_trip_ms)
         );
+    }
+    for v in &r.server {
+        let _ = writeln!(s, "  server   {}", server_line(v));
     }
     for x in &r.ratios {
         let _ = writeln!(s, "  ratio    {}: {:.0}%", x.what, x.ratio * 100.0);
