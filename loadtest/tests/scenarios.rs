@@ -148,9 +148,19 @@ fn spread_measures_every_phase_and_writes_both_reports() {
     assert_eq!(fire_view["count"], 300, "{fire_view}");
     let create_view = metric("chronoshard_http_request_duration_seconds{method=\"POST\"");
     assert_eq!(create_view["count"], 300, "{create_view}");
-    let within = create_view["within"].as_array().unwrap();
-    let last = within.last().unwrap()[1].as_f64().unwrap();
-    assert!(last > 0.0 && last <= 1.0, "{create_view}");
+    for view in [fire_view, create_view] {
+        let shares: Vec<f64> = view["within"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b[1].as_f64().unwrap())
+            .collect();
+        assert!(shares.windows(2).all(|w| w[0] <= w[1]), "{view}");
+        assert!(
+            shares[0] >= 0.0 && shares[shares.len() - 1] <= 1.0,
+            "{view}"
+        );
+    }
     assert!(
         o.stdout.contains("  server   fire lateness"),
         "{}",

@@ -1,10 +1,13 @@
 //! The platform's own histograms, read from its `GET /metrics` (Prometheus text, DESIGN.md §4,
 //! docs/metrics.md) before and after the run, so the report shows what the platform measured
-//! itself beside what the load test's probes saw. The difference is the observer's share: for
-//! fires, nats-server forwarding the ticket to the watcher and the watcher's thread getting a
-//! core; for creates, the HTTP client and the open-loop pacer (whose timer wakes at millisecond
-//! ticks). Histograms only say which bucket an observation fell in, so the view gives shares at
-//! the bucket bounds and the bound under which a percentile falls, never an interpolated value.
+//! itself beside what the load test's probes saw. They time other moments than the probes: the
+//! shards' fire lateness runs until JetStream's ack of the publish is handled by the shard, after
+//! nats-server forwarded the ticket to the watcher (and the workers); the server's request time
+//! runs from its router taking the request to the handler's answer, without hyper reading and
+//! writing the connection or the wait for a runtime thread, which the client's figure has along
+//! with the client's own HTTP stack and pacer. Histograms only say which bucket an observation
+//! fell in, so a view gives shares at the bucket bounds and the pair of bounds a percentile lies
+//! between, never an interpolated value.
 //!
 //! It only reads. What it covers is what the process behind the API URL counts: with `dev`,
 //! every shard in it; shard nodes run as their own processes (`fault`) are not in it, and on a
@@ -14,18 +17,23 @@ use crate::report::ServerView;
 
 /// Cumulative counts per upper bound (seconds; `f64::INFINITY` last), summed over series.
 #[derive(Clone, Debug, PartialEq)]
-struct Buckets(Vec<(f64, f64)>);
+struct Cumulative(Vec<(f64, f64)>);
+
+/// A count went down between the two readings: the process restarted (or is another one).
+#[derive(Debug, PartialEq)]
+struct Reset;
 
 /// The `_bucket` series of histogram `name` whose labels include every `(label, value)` of
 /// `only`, summed per bound. `None` when the text has no such series.
-fn buckets(text: &str, name: &str, only: &[(&str, &str)]) -> Option<Buckets> {
+fn cumulative(text: &str, name: &str, only: &[(&str, &str)]) -> Option<Cumulative> {
     let prefix = format!("{name}_bucket{{");
     let mut sums: Vec<(f64, f64)> = Vec::new();
     for line in text.lines() {
         let Some(rest) = line.strip_prefix(&prefix) else {
             continue;
         };
-        let Some((labels, value)) = rest.split_once('}') else {
+        // The last brace ends the labels: route labels hold braces (`/v1/jobs/{id}`).
+        let Some((labels, value)) = rest.rsplit_once('}') else {
             continue;
         };
         let labels = parse_labels(labels);
@@ -49,10 +57,10 @@ fn buckets(text: &str, name: &str, only: &[(&str, &str)]) -> Option<Buckets> {
         }
     }
     sums.sort_by(|a, b| a.0.total_cmp(&b.0));
-    (!sums.is_empty()).then_some(Buckets(sums))
+    (!sums.is_empty()).then_some(Cumulative(sums))
 }
 
-/// `a="x",b="y"` → pairs; the platform's label values hold no quotes or commas.
+/// `a="x",b="y"` → pairs; the platform's label values hold no quotes or commas (braces, yes).
 fn parse_labels(s: &str) -> Vec<(&str, &str)> {
     s.split(',')
         .filter_map(|kv| {
@@ -62,53 +70,71 @@ fn parse_labels(s: &str) -> Vec<(&str, &str)> {
         .collect()
 }
 
-impl Buckets {
+impl Cumulative {
     /// What was observed between the `before` reading and this one (a series absent before
-    /// counts from zero).
-    fn since(&self, before: Option<&Buckets>) -> Buckets {
-        Buckets(
-            self.0
-                .iter()
-                .map(|&(le, c)| {
-                    let was = before
-                        .and_then(|b| b.0.iter().find(|(l, _)| *l == le))
-                        .map_or(0.0, |&(_, c)| c);
-                    (le, (c - was).max(0.0))
-                })
-                .collect(),
-        )
+    /// counts from zero). A count lower than before means the counters started again, and
+    /// then neither reading tells what this run did.
+    fn since(&self, before: Option<&Cumulative>) -> Result<Cumulative, Reset> {
+        let was = |le: f64| {
+            before
+                .and_then(|b| b.0.iter().find(|(l, _)| *l == le))
+                .map_or(0.0, |&(_, c)| c)
+        };
+        let mut out = Vec::with_capacity(self.0.len());
+        for &(le, c) in &self.0 {
+            if c < was(le) {
+                return Err(Reset);
+            }
+            out.push((le, c - was(le)));
+        }
+        // A bound that disappeared went down to nothing.
+        if before.is_some_and(|b| b.0.iter().any(|(le, _)| !out.iter().any(|(l, _)| l == le))) {
+            return Err(Reset);
+        }
+        Ok(Cumulative(out))
     }
 
     fn count(&self) -> f64 {
         self.0.last().map_or(0.0, |&(_, c)| c)
     }
 
-    /// The smallest finite bound holding at least `q` of the observations.
-    fn bound_of(&self, q: f64) -> Option<f64> {
+    /// The bucket holding the observation of rank `ceil(q × n)`, as the bounds (ms) it lies
+    /// above and at or under; no upper bound when it is above the last finite one.
+    fn percentile(&self, q: f64) -> (f64, Option<f64>) {
         let n = self.count();
-        self.0
-            .iter()
-            .find(|&&(le, c)| le.is_finite() && c >= q * n)
-            .map(|&(le, _)| le * 1e3)
+        let mut lower = 0.0;
+        for &(le, c) in &self.0 {
+            if !le.is_finite() {
+                break;
+            }
+            if c >= q * n {
+                return (lower, Some(le * 1e3));
+            }
+            lower = le * 1e3;
+        }
+        (lower, None)
     }
 }
 
 /// The view of histogram `name` (restricted to `only`) over the run, from the `/metrics` texts
 /// read before and after it. `None` when the metric is missing or nothing was observed.
-pub fn view(
+fn view(
     what: &str,
     name: &str,
     only: &[(&str, &str)],
     before: &str,
     after: &str,
-) -> Option<ServerView> {
-    let run = buckets(after, name, only)?.since(buckets(before, name, only).as_ref());
+) -> Result<Option<ServerView>, Reset> {
+    let Some(after) = cumulative(after, name, only) else {
+        return Ok(None);
+    };
+    let run = after.since(cumulative(before, name, only).as_ref())?;
     let n = run.count();
     if n <= 0.0 {
-        return None;
+        return Ok(None);
     }
     let selected: Vec<String> = only.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
-    Some(ServerView {
+    Ok(Some(ServerView {
         what: what.to_string(),
         metric: format!("{name}{{{}}}", selected.join(",")),
         count: n as u64,
@@ -118,19 +144,23 @@ pub fn view(
             .filter(|(le, _)| le.is_finite())
             .map(|&(le, c)| (le * 1e3, c / n))
             .collect(),
-        p99_le_ms: run.bound_of(0.99),
-        p999_le_ms: run.bound_of(0.999),
-    })
+        p99_ms: run.percentile(0.99),
+        p999_ms: run.percentile(0.999),
+    }))
 }
 
 /// The views of a run from the `/metrics` texts read before and after it, or the warning to
-/// give when either could not be read (the run goes on without them).
+/// give when they tell nothing about the run (the run goes on without them).
 pub fn over_run<E: std::fmt::Display>(
     before: &Result<String, E>,
     after: &Result<String, E>,
 ) -> Result<Vec<ServerView>, String> {
     match (before, after) {
-        (Ok(before), Ok(after)) => Ok(views(before, after)),
+        (Ok(before), Ok(after)) => views(before, after).map_err(|Reset| {
+            "the platform's histograms went down between the two readings of /metrics (did it \
+             restart?): no view of its own histograms"
+                .to_string()
+        }),
         (Err(e), _) | (_, Err(e)) => Err(format!(
             "the platform's /metrics could not be read ({e}): no view of its own histograms"
         )),
@@ -138,19 +168,19 @@ pub fn over_run<E: std::fmt::Display>(
 }
 
 /// The views a run reports: the shards' fire lateness and the server's create time.
-fn views(before: &str, after: &str) -> Vec<ServerView> {
+fn views(before: &str, after: &str) -> Result<Vec<ServerView>, Reset> {
     use chronoshard_telemetry::metrics::{FIRE_LATENESS, HTTP_DURATION};
     let create = [("method", "POST"), ("route", "/v1/jobs")];
     [
         view(
-            "fire lateness: scheduled → ticket acknowledged by JetStream, as the shards measure it",
+            "fire lateness as the shards measure it: scheduled → JetStream's ack handled (1 ms steps)",
             FIRE_LATENESS,
             &[],
             before,
             after,
         ),
         view(
-            "job creation: POST /v1/jobs in the server, request in → answer out",
+            "job creation as the server measures it: POST /v1/jobs, router → answer",
             HTTP_DURATION,
             &create,
             before,
@@ -158,7 +188,7 @@ fn views(before: &str, after: &str) -> Vec<ServerView> {
         ),
     ]
     .into_iter()
-    .flatten()
+    .filter_map(Result::transpose)
     .collect()
 }
 
@@ -192,28 +222,61 @@ h_bucket{shard="1",le="0.003"} garbage
 h_count{shard="1"} 500
 "#;
 
+    fn view_of(only: &[(&str, &str)], before: &str, after: &str) -> Option<ServerView> {
+        view("x", "h", only, before, after).unwrap()
+    }
+
     #[test]
     fn a_run_is_what_the_buckets_gained_summed_over_series() {
-        let v = view("lateness", "h", &[], BEFORE, AFTER).unwrap();
+        let v = view_of(&[], BEFORE, AFTER).unwrap();
         assert_eq!(v.count, 1000);
         assert_eq!(v.metric, "h{}");
-        let shares: Vec<(f64, f64)> = v.within.clone();
-        assert_eq!(shares, vec![(1.0, 0.9), (3.0, 0.995), (10.0, 0.999)]);
+        assert_eq!(v.within, vec![(1.0, 0.9), (3.0, 0.995), (10.0, 0.999)]);
         assert_eq!(v.share_within(3.0), Some(0.995));
         assert_eq!(v.share_within(2.0), None, "not a bound");
-        assert_eq!(v.p99_le_ms, Some(3.0));
-        assert_eq!(v.p999_le_ms, Some(10.0));
+        // The 990th observation is among those between 1 and 3 ms, the 999th between 3 and 10.
+        assert_eq!(v.p99_ms, (1.0, Some(3.0)));
+        assert_eq!(v.p999_ms, (3.0, Some(10.0)));
     }
 
     #[test]
     fn labels_select_series() {
-        let v = view("one shard", "h", &[("shard", "1")], BEFORE, AFTER).unwrap();
+        let v = view_of(&[("shard", "1")], BEFORE, AFTER).unwrap();
         assert_eq!(v.count, 500);
         assert_eq!(v.metric, r#"h{shard="1"}"#);
         assert_eq!(v.within[0], (1.0, 0.8));
         // 495 of 500 within 3 ms is 99%; 499 within 10 ms is 99.8%, so p99.9 is above it.
-        assert_eq!(v.p99_le_ms, Some(3.0));
-        assert_eq!(v.p999_le_ms, None);
+        assert_eq!(v.p99_ms, (1.0, Some(3.0)));
+        assert_eq!(v.p999_ms, (10.0, None));
+        // Below the first bound: the bucket starts at zero.
+        let first = "h_bucket{le=\"0.001\"} 5\nh_bucket{le=\"+Inf\"} 5\n";
+        assert_eq!(view_of(&[], "", first).unwrap().p99_ms, (0.0, Some(1.0)));
+    }
+
+    #[test]
+    fn a_label_value_with_braces_is_read_whole() {
+        let text = "h_bucket{route=\"/v1/jobs/{id}\",le=\"0.001\"} 3\n\
+                    h_bucket{route=\"/v1/jobs/{id}\",le=\"+Inf\"} 4\n\
+                    h_bucket{route=\"/v1/jobs\",le=\"+Inf\"} 9\n";
+        let v = view_of(&[("route", "/v1/jobs/{id}")], "", text).unwrap();
+        assert_eq!((v.count, v.within.clone()), (4, vec![(1.0, 0.75)]));
+    }
+
+    /// Counts that went down (the process behind the URL restarted between the readings) say
+    /// nothing true about the run: no view, and the run is told why.
+    #[test]
+    fn counters_that_went_down_give_a_warning_not_a_view() {
+        let before = "h_bucket{le=\"0.001\"} 100\nh_bucket{le=\"+Inf\"} 100\n";
+        let restarted = "h_bucket{le=\"0.001\"} 50\nh_bucket{le=\"0.003\"} 250\n\
+                         h_bucket{le=\"+Inf\"} 300\n";
+        assert_eq!(view("x", "h", &[], before, restarted), Err(Reset));
+        let gone = "h_bucket{le=\"0.003\"} 250\nh_bucket{le=\"+Inf\"} 300\n";
+        assert_eq!(view("x", "h", &[], before, gone), Err(Reset));
+        let text = |t: &str| {
+            Ok::<_, String>(t.replace("h_bucket", "chronoshard_fire_lateness_seconds_bucket"))
+        };
+        let warning = over_run(&text(before), &text(restarted)).unwrap_err();
+        assert!(warning.contains("did it restart?"), "{warning}");
     }
 
     #[test]
@@ -237,9 +300,9 @@ h_count{shard="1"} 500
 
     #[test]
     fn a_missing_metric_or_an_idle_run_gives_no_view() {
-        assert_eq!(view("x", "absent", &[], BEFORE, AFTER), None);
-        assert_eq!(view("x", "h", &[("shard", "9")], BEFORE, AFTER), None);
-        assert_eq!(view("x", "h", &[("shard", "0")], BEFORE, BEFORE), None);
-        assert_eq!(view("x", "h", &[], "", ""), None);
+        assert_eq!(view("x", "absent", &[], BEFORE, AFTER), Ok(None));
+        assert_eq!(view_of(&[("shard", "9")], BEFORE, AFTER), None);
+        assert_eq!(view_of(&[("shard", "0")], BEFORE, BEFORE), None);
+        assert_eq!(view_of(&[], "", ""), None);
     }
 }

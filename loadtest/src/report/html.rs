@@ -670,7 +670,7 @@ mod tests {
             server: vec![ServerView {
                 what: format!("fire {EVIL}"), metric: "m{}".into(), count: 1000,
                 within: vec![(1.0, 0.5), (3.0, 0.99), (10.0, 0.995)],
-                p99_le_ms: Some(3.0), p999_le_ms: None,
+                p99_ms: (1.0, Some(3.0)), p999_ms: (10.0, None),
             }],
             targets: vec![target("p99", Some(true)), target(EVIL, Some(false)), target("x", None)],
             warnings: vec![format!("warn {EVIL}")],
@@ -734,7 +734,7 @@ mod tests {
             ">16.0 GiB<",
             ">64.0<",
             "<h3>The platform's own histograms (its /metrics, over this run)</h3>",
-            ": 1000 · 50.0% ≤ 1 ms · 99.0% ≤ 3 ms · 99.5% ≤ 10 ms · p99 ≤ 3 ms · p99.9 above the last bucket</li>",
+            ": 1000 · 50.0% ≤ 1 ms · 99.0% ≤ 3 ms · 99.5% ≤ 10 ms · p99 in (1, 3] ms · p99.9 &gt; 10 ms</li>",
         ];
         for e in expected {
             assert!(html.contains(e), "{e}");

@@ -258,10 +258,10 @@ pub struct ServerView {
     pub count: u64,
     /// Each finite bucket bound in ms with the share of observations at or under it.
     pub within: Vec<(f64, f64)>,
-    /// The bound (ms) the 99th and 99.9th percentiles fall at or under; `None` when they are
-    /// above the last finite bound.
-    pub p99_le_ms: Option<f64>,
-    pub p999_le_ms: Option<f64>,
+    /// The bucket bounds (ms) the 99th and 99.9th percentiles lie above and at or under; no
+    /// upper bound when they are above the last finite one.
+    pub p99_ms: (f64, Option<f64>),
+    pub p999_ms: (f64, Option<f64>),
 }
 
 impl ServerView {

@@ -13,7 +13,7 @@ fn lat(p: &Percentiles) -> String {
 }
 
 /// A histogram of the platform's own: its count, the share within 1, 3 and 10 ms (the bounds
-/// the targets are stated at) and where p99 and p99.9 fall.
+/// the targets are stated at) and the buckets p99 and p99.9 lie in.
 pub fn server_line(v: &ServerView) -> String {
     let mut s = format!("{}: {}", v.what, v.count);
     for ms in [1.0, 3.0, 10.0] {
@@ -21,9 +21,16 @@ pub fn server_line(v: &ServerView) -> String {
             let _ = write!(s, " · {:.1}% ≤ {ms} ms", share * 100.0);
         }
     }
-    let le =
-        |b: Option<f64>| b.map_or("above the last bucket".to_string(), |b| format!("≤ {b} ms"));
-    let _ = write!(s, " · p99 {} · p99.9 {}", le(v.p99_le_ms), le(v.p999_le_ms));
+    let bucket = |(lower, upper): (f64, Option<f64>)| match upper {
+        Some(upper) => format!("in ({lower}, {upper}] ms"),
+        None => format!("> {lower} ms"),
+    };
+    let _ = write!(
+        s,
+        " · p99 {} · p99.9 {}",
+        bucket(v.p99_ms),
+        bucket(v.p999_ms)
+    );
     s
 }
 
