@@ -9,7 +9,11 @@ use std::{
 
 use serde_json::Value;
 
-/// The `chronoshard` binary of this build (built here when this package is tested alone).
+/// The `chronoshard` binary of this build (built here when this package is tested alone and it
+/// is missing). Testing this package alone does not rebuild a `chronoshard` that exists: after
+/// changing the platform, build it first (`cargo build -p chronoshard`). Building it here every
+/// time was tried: the test process's environment differs from a shell's, and cargo rebuilt the
+/// platform's crates on every alternation.
 fn chronoshard() -> PathBuf {
     let exe = PathBuf::from(env!("CARGO_BIN_EXE_chronoshard-loadtest"));
     let path = exe.with_file_name("chronoshard");
@@ -146,9 +150,11 @@ fn spread_measures_every_phase_and_writes_both_reports() {
     };
     let fire_view = metric("chronoshard_fire_lateness_seconds");
     assert_eq!(fire_view["count"], 300, "{fire_view}");
+    let send_view = metric("chronoshard_fire_send_lateness_seconds");
+    assert_eq!(send_view["count"], 300, "{send_view}");
     let create_view = metric("chronoshard_http_request_duration_seconds{method=\"POST\"");
     assert_eq!(create_view["count"], 300, "{create_view}");
-    for view in [fire_view, create_view] {
+    for view in [fire_view, send_view, create_view] {
         let shares: Vec<f64> = view["within"]
             .as_array()
             .unwrap()

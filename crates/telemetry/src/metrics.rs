@@ -11,6 +11,7 @@ use prometheus::{
 pub const JOBS_CREATED: &str = "chronoshard_jobs_created_total";
 pub const FIRES: &str = "chronoshard_fires_total";
 pub const FIRE_LATENESS: &str = "chronoshard_fire_lateness_seconds";
+pub const FIRE_SEND_LATENESS: &str = "chronoshard_fire_send_lateness_seconds";
 pub const TICKETS_PUBLISHED: &str = "chronoshard_tickets_published_total";
 pub const PUBLISH_ERRORS: &str = "chronoshard_publish_errors_total";
 pub const DISPATCH_BACKLOG: &str = "chronoshard_dispatch_backlog";
@@ -43,11 +44,22 @@ pub static JOBS_CREATED_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
 pub static FIRES_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(FIRES, "occurrences fired", &["shard"]).expect("metric")
 });
-/// Scheduled time → ticket published to JetStream.
+/// Scheduled time → ticket published to JetStream (its ack handled by the shard).
 pub static FIRE_LATENESS_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
     register_histogram_vec!(
         FIRE_LATENESS,
         "scheduled time to ticket published",
+        &["shard"],
+        LATENESS_BUCKETS.to_vec()
+    )
+    .expect("metric")
+});
+/// Scheduled time → ticket handed to the NATS client, before JetStream's ack: the shard's own
+/// part of the fire lateness, which `FIRE_LATENESS_SECONDS` adds JetStream's round trip to.
+pub static FIRE_SEND_LATENESS_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
+    register_histogram_vec!(
+        FIRE_SEND_LATENESS,
+        "scheduled time to ticket handed to the NATS client",
         &["shard"],
         LATENESS_BUCKETS.to_vec()
     )

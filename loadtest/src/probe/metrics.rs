@@ -1,8 +1,9 @@
 //! The platform's own histograms, read from its `GET /metrics` (Prometheus text, DESIGN.md §4,
 //! docs/metrics.md) before and after the run, so the report shows what the platform measured
 //! itself beside what the load test's probes saw. They time other moments than the probes: the
-//! shards' fire lateness runs until JetStream's ack of the publish is handled by the shard, after
-//! nats-server forwarded the ticket to the watcher (and the workers); the server's request time
+//! shards' fire lateness runs until the ticket is handed to the NATS client (before nats-server
+//! forwards it to the watcher and the workers) and, in a second histogram, until JetStream's
+//! ack of the publish is handled by the shard (after that); the server's request time
 //! runs from its router taking the request to the handler's answer, without hyper reading and
 //! writing the connection or the wait for a runtime thread, which the client's figure has along
 //! with the client's own HTTP stack and pacer. Histograms only say which bucket an observation
@@ -167,13 +168,21 @@ pub fn over_run<E: std::fmt::Display>(
     }
 }
 
-/// The views a run reports: the shards' fire lateness and the server's create time.
+/// The views a run reports: the shards' fire lateness (at the send and at JetStream's ack) and
+/// the server's create time.
 fn views(before: &str, after: &str) -> Result<Vec<ServerView>, Reset> {
-    use chronoshard_telemetry::metrics::{FIRE_LATENESS, HTTP_DURATION};
+    use chronoshard_telemetry::metrics::{FIRE_LATENESS, FIRE_SEND_LATENESS, HTTP_DURATION};
     let create = [("method", "POST"), ("route", "/v1/jobs")];
     [
         view(
-            "fire lateness as the shards measure it: scheduled → JetStream's ack handled (1 ms steps)",
+            "fire lateness as the shards measure it: scheduled → ticket handed to the NATS client",
+            FIRE_SEND_LATENESS,
+            &[],
+            before,
+            after,
+        ),
+        view(
+            "fire lateness as the shards measure it: scheduled → JetStream's ack handled",
             FIRE_LATENESS,
             &[],
             before,
