@@ -6,9 +6,10 @@ use std::{sync::Arc, time::Duration};
 pub trait Clock: Send + Sync + 'static {
     fn now_ms(&self) -> i64;
 
-    /// Microseconds since the Unix epoch, for waits that must end at a given millisecond: a
-    /// wait computed from `now_ms` alone ends up to a millisecond late (the part of the current
-    /// millisecond already gone). A clock without finer time may keep this default.
+    /// Microseconds since the Unix epoch, for waits that must end at a given millisecond (a
+    /// wait computed from `now_ms` alone ends up to a millisecond late: the part of the current
+    /// millisecond already gone) and for lateness finer than a millisecond (the fire metrics).
+    /// A clock without finer time may keep this default.
     fn now_us(&self) -> i64 {
         self.now_ms() * 1000
     }

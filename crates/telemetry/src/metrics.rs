@@ -56,6 +56,7 @@ pub static FIRE_LATENESS_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
 });
 /// Scheduled time → ticket handed to the NATS client, before JetStream's ack: the shard's own
 /// part of the fire lateness, which `FIRE_LATENESS_SECONDS` adds JetStream's round trip to.
+/// Observed with the ack, so both count each ticket acknowledged once.
 pub static FIRE_SEND_LATENESS_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
     register_histogram_vec!(
         FIRE_SEND_LATENESS,

@@ -182,9 +182,11 @@ pub(crate) fn start(store: Store, ctx: ShardContext, stop: CancellationToken) ->
 /// Acks a recording write took, and how it went.
 type Marked = (Vec<Acked>, Result<(), StoreError>);
 
-/// A publish awaiting its ack: the stream sequence it was stored under, or why it failed.
-type Inflight =
-    std::pin::Pin<Box<dyn std::future::Future<Output = (Outgoing, Result<u64, String>)> + Send>>;
+/// A publish awaiting its ack: the stream sequence it was stored under and how late (s) the
+/// ticket was handed to the NATS client, or why it failed.
+type Inflight = std::pin::Pin<
+    Box<dyn std::future::Future<Output = (Outgoing, Result<(u64, f64), String>)> + Send>,
+>;
 
 struct Dispatcher {
     store: Store,
@@ -460,10 +462,10 @@ impl Dispatcher {
             .await
         {
             Ok(ack) => {
-                metrics::FIRE_SEND_LATENESS_SECONDS
-                    .with_label_values(&[&self.shard_label])
-                    .observe(self.lateness_s(t));
-                async move { (o, wait_ack(ack).await) }.boxed()
+                // Observed with the ack, so that a publish tried again counts once, when it
+                // finally went through, like the lateness at the ack.
+                let sent = self.lateness_s(t);
+                async move { (o, wait_ack(ack).await.map(|seq| (seq, sent))) }.boxed()
             }
             Err(e) => {
                 let e = e.to_string();
@@ -472,17 +474,20 @@ impl Dispatcher {
         }
     }
 
-    /// Seconds from the ticket's due time to now, in microseconds: whole milliseconds would
+    /// Seconds from the ticket's due time to now, to the microsecond: whole milliseconds would
     /// put a ticket 1.9 ms late in the 1 ms bucket.
     fn lateness_s(&self, t: &Ticket) -> f64 {
         (self.ctx.clock.now_us() - t.scheduled_at.timestamp_micros()).max(0) as f64 / 1e6
     }
 
-    fn on_ack(&mut self, o: Outgoing, res: Result<u64, String>) {
+    fn on_ack(&mut self, o: Outgoing, res: Result<(u64, f64), String>) {
         let t = &o.ticket;
         match res {
-            Ok(seq) => {
+            Ok((seq, sent_late)) => {
                 self.failures = 0;
+                metrics::FIRE_SEND_LATENESS_SECONDS
+                    .with_label_values(&[&self.shard_label])
+                    .observe(sent_late);
                 metrics::FIRE_LATENESS_SECONDS
                     .with_label_values(&[&self.shard_label])
                     .observe(self.lateness_s(t));
