@@ -129,12 +129,17 @@ impl Api {
 
     /// The sum of a metric over all its label sets, as `/metrics` shows it now.
     pub async fn metric_sum(&self, name: &str) -> f64 {
+        self.metric_sum_with(name, "").await
+    }
+
+    /// The sum of a metric over the label sets that contain `label` (such as `reason="ended"`).
+    pub async fn metric_sum_with(&self, name: &str, label: &str) -> f64 {
         let (_, _, text) = self.send(reqwest::Method::GET, "/metrics", None).await;
         let prefix = format!("{name}{{");
         text.as_str()
             .unwrap()
             .lines()
-            .filter(|l| l.starts_with(&prefix))
+            .filter(|l| l.starts_with(&prefix) && l.contains(label))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
     }

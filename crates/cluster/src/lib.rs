@@ -26,6 +26,7 @@ use chronoshard_wire::{
 };
 use futures::TryStreamExt;
 use serde::{de::DeserializeOwned, Serialize};
+use tracing::{info, warn};
 
 pub use local::{LocalCall, LocalShards, Registration};
 
@@ -56,13 +57,47 @@ pub struct Connections {
 impl Connections {
     /// Opens both to `url`, named `name` and `name membership` (as nats-server lists them).
     pub async fn connect(url: &str, name: &str) -> Result<Connections> {
-        let open = |name: String| async_nats::ConnectOptions::new().name(name).connect(url);
         Ok(Connections {
-            data: open(name.to_string()).await.map_err(nats("connect"))?,
-            membership: open(format!("{name} membership"))
-                .await
-                .map_err(nats("connect"))?,
+            data: open(url, name.to_string()).await?,
+            membership: open(url, format!("{name} membership")).await?,
         })
+    }
+}
+
+/// Opens one connection named `name` whose client events (disconnects, reconnects, slow
+/// consumers, errors) are logged and counted: under load they explain stalls that nothing else
+/// shows, and async-nats reports them nowhere unless asked.
+async fn open(url: &str, name: String) -> Result<async_nats::Client> {
+    let label = name.clone();
+    async_nats::ConnectOptions::new()
+        .name(name)
+        .event_callback(move |event| {
+            note_event(&label, &event);
+            std::future::ready(())
+        })
+        .connect(url)
+        .await
+        .map_err(nats("connect"))
+}
+
+fn note_event(connection: &str, event: &async_nats::Event) {
+    use async_nats::Event;
+    let name = match event {
+        Event::Connected => "connected",
+        Event::Disconnected => "disconnected",
+        Event::LameDuckMode => "lame_duck_mode",
+        Event::Draining => "draining",
+        Event::Closed => "closed",
+        Event::SlowConsumer(_) => "slow_consumer",
+        Event::ServerError(_) => "server_error",
+        Event::ClientError(_) => "client_error",
+    };
+    chronoshard_telemetry::metrics::NATS_EVENTS_TOTAL
+        .with_label_values(&[connection, name])
+        .inc();
+    match event {
+        Event::Connected => info!(connection, "nats connection (re)established"),
+        _ => warn!(connection, %event, "nats client event"),
     }
 }
 

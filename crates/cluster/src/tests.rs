@@ -5,7 +5,7 @@ use chronoshard_wire::{
     rpc::{NodeInfo, ShardAssignment, WorkerInfo},
 };
 
-use super::{Cluster, Error, READ_ALL_FETCH};
+use super::{Cluster, Connections, Error, READ_ALL_FETCH};
 
 fn node(id: &str) -> NodeInfo {
     NodeInfo {
@@ -123,5 +123,31 @@ async fn the_whole_state_reads_back_at_its_last_revisions() {
             "a read left a consumer on {}",
             bucket.stream_name
         );
+    }
+}
+
+/// A connection that loses its server says so: the client's events are counted per connection
+/// (and logged), for both connections of a role.
+#[tokio::test]
+async fn a_lost_server_is_counted_as_a_disconnect_of_each_connection() {
+    let nats = chronoshard_test_util::Nats::start().await.unwrap();
+    let _conns = Connections::connect(&nats.url(), "events-test")
+        .await
+        .unwrap();
+    let disconnects = |name: &str| {
+        chronoshard_telemetry::metrics::NATS_EVENTS_TOTAL
+            .with_label_values(&[name, "disconnected"])
+            .get()
+    };
+    assert_eq!(disconnects("events-test"), 0);
+    drop(nats);
+    for name in ["events-test", "events-test membership"] {
+        chronoshard_test_util::wait_for(
+            "the disconnect to be counted",
+            std::time::Duration::from_secs(10),
+            || async { (disconnects(name) >= 1).then_some(()) },
+        )
+        .await
+        .unwrap();
     }
 }

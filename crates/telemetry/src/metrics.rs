@@ -16,6 +16,8 @@ pub const TICKETS_PUBLISHED: &str = "chronoshard_tickets_published_total";
 pub const PUBLISH_ERRORS: &str = "chronoshard_publish_errors_total";
 pub const DISPATCH_BACKLOG: &str = "chronoshard_dispatch_backlog";
 pub const RESULTS_APPLIED: &str = "chronoshard_results_applied_total";
+pub const RESULT_PULLS_RENEWED: &str = "chronoshard_result_pulls_renewed_total";
+pub const NATS_EVENTS: &str = "chronoshard_nats_client_events_total";
 pub const OCCURRENCES_NOT_FIRED: &str = "chronoshard_occurrences_not_fired_total";
 pub const WHEEL_ENTRIES: &str = "chronoshard_wheel_entries";
 pub const HTTP_REQUESTS: &str = "chronoshard_http_requests_total";
@@ -96,6 +98,24 @@ pub static RESULTS_APPLIED_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
         RESULTS_APPLIED,
         "worker results applied, by kind",
         &["shard", "kind"]
+    )
+    .expect("metric")
+});
+/// Result pulls given up as lost and made anew, by shard and why.
+pub static RESULT_PULLS_RENEWED_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        RESULT_PULLS_RENEWED,
+        "result pulls given up as lost and made anew",
+        &["shard", "reason"]
+    )
+    .expect("metric")
+});
+/// What the NATS client reported about a connection (disconnects, reconnects, slow consumers).
+pub static NATS_EVENTS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        NATS_EVENTS,
+        "events the NATS client reported about a connection",
+        &["connection", "event"]
     )
     .expect("metric")
 });

@@ -1,11 +1,16 @@
 //! Consuming the shard's worker results from JetStream and applying them to the store in batches.
 //! A message is acknowledged only after its batch is committed, so a crash re-delivers it; the
 //! store ignores a result it already has, so re-delivery changes nothing. What the applied results
-//! call for (retry timers, watchdog checks, buffered releases) goes to the shard loop.
+//! call for (retry timers, watchdog checks, buffered releases) goes to the shard loop. A pull that
+//! goes silent (no result, no idle heartbeat) or ends is given up and opened again, the consumer
+//! with it; what it had brought and was not applied goes back first.
 
 use std::time::Duration;
 
-use async_nats::jetstream::{consumer::pull, AckKind};
+use async_nats::jetstream::{
+    consumer::pull::{self, MessagesError, MessagesErrorKind},
+    AckKind,
+};
 use chronoshard_telemetry::metrics;
 use chronoshard_wire::{names, ResultKind, TicketResult};
 use futures::{FutureExt, StreamExt};
@@ -22,6 +27,18 @@ const BATCH: usize = 256;
 /// A batch smaller than this waits up to `LINGER` for more results (`top_up`).
 const LINGER_BELOW: usize = 32;
 const LINGER: Duration = Duration::from_millis(5);
+/// How long one pull request for results lasts, and how often the server sends an idle heartbeat
+/// on it while it has nothing to deliver. The client keeps count of what it asked for and what
+/// came, and pulls again only when its count says so; once (rarely, under a burst) that count
+/// said a pull was open that the server no longer held, and the shard applied no result for the
+/// 35 s the client waits before it pulls anyway (BENCHMARKS.md). With a heartbeat the client
+/// notices within two periods, and `run` then pulls anew.
+const PULL_EXPIRES: Duration = Duration::from_secs(5);
+const PULL_HEARTBEAT: Duration = Duration::from_secs(1);
+/// Pause before opening a pull again after opening one failed.
+const REOPEN_AFTER: Duration = Duration::from_secs(1);
+
+type Batches = futures::stream::ReadyChunks<pull::Stream>;
 
 pub(crate) async fn start(
     store: Store,
@@ -29,6 +46,16 @@ pub(crate) async fn start(
     commands: mpsc::Sender<Command>,
     stop: CancellationToken,
 ) -> Result<JoinHandle<()>, ShardError> {
+    // The first pull is opened here, so a shard whose results cannot be consumed does not open.
+    let batches = open(&ctx).await?;
+    let span = tracing::info_span!("results", shard_id = ctx.shard);
+    Ok(tokio::spawn(
+        run(store, ctx, commands, stop, batches).instrument(span),
+    ))
+}
+
+/// The shard's result consumer and a pull on it, in batches.
+async fn open(ctx: &ShardContext) -> Result<Batches, ShardError> {
     let shard = ctx.shard;
     let err = |what: &'static str| {
         move |e: Box<dyn std::error::Error + Send + Sync>| ShardError::Nats {
@@ -58,78 +85,169 @@ pub(crate) async fn start(
         .await
         .map_err(|e| err("result consumer")(e.into()))?;
     let messages = consumer
+        .stream()
+        .expires(PULL_EXPIRES)
+        .heartbeat(PULL_HEARTBEAT)
         .messages()
         .await
         .map_err(|e| err("result messages")(e.into()))?;
-    let span = tracing::info_span!("results", shard_id = shard);
-    Ok(tokio::spawn(
-        async move {
-            let label = shard.to_string();
-            let mut batches = messages.ready_chunks(BATCH);
-            loop {
-                let batch = tokio::select! {
-                    _ = stop.cancelled() => {
-                        let handed = hand_back(batches).await;
-                        if handed > 0 {
-                            info!(results = handed, "results handed back to the next owner");
-                        }
-                        break;
-                    }
-                    b = batches.next() => match b { Some(b) => b, None => break },
-                };
-                let batch = top_up(&mut batches, batch, &stop).await;
-                let mut msgs = Vec::with_capacity(batch.len());
-                let mut results = Vec::with_capacity(batch.len());
-                for m in batch {
-                    let m = match m {
-                        Ok(m) => m,
-                        Err(e) => {
-                            warn!(error = %e, "result stream error");
-                            continue;
-                        }
-                    };
-                    match serde_json::from_slice::<TicketResult>(&m.payload) {
-                        Ok(r) => {
-                            results.push(r);
-                            msgs.push(m);
-                        }
-                        Err(e) => {
-                            // Nothing can ever apply it: terminate it so it is not redelivered.
-                            warn!(error = %e, "malformed result message dropped");
-                            let _ = m.ack_with(AckKind::Term).await;
-                        }
-                    }
+    Ok(messages.ready_chunks(BATCH))
+}
+
+/// Why a pull is given up and made anew.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lost {
+    /// Neither a result nor an idle heartbeat for two heartbeat periods.
+    Heartbeat,
+    /// The pull stream ended (its consumer was deleted, say).
+    Ended,
+}
+
+impl Lost {
+    fn as_str(self) -> &'static str {
+        match self {
+            Lost::Heartbeat => "heartbeat",
+            Lost::Ended => "ended",
+        }
+    }
+
+    /// Whether an error of the pull stream means the pull is lost (the others pass: the
+    /// stream goes on after them).
+    fn from_error(e: &MessagesError) -> Option<Lost> {
+        (e.kind() == MessagesErrorKind::MissingHeartbeat).then_some(Lost::Heartbeat)
+    }
+}
+
+/// How applying the results of one pull ended.
+enum Ended {
+    /// The shard stops: what was pulled and not applied goes back.
+    Stopped,
+    /// Another node owns the shard now; the shard is being stopped.
+    Fenced,
+    Lost(Lost),
+}
+
+/// Applies results until the shard stops, pulling anew whenever a pull is lost.
+async fn run(
+    store: Store,
+    ctx: ShardContext,
+    commands: mpsc::Sender<Command>,
+    stop: CancellationToken,
+    mut batches: Batches,
+) {
+    let label = ctx.shard.to_string();
+    loop {
+        let lost = match consume(&store, &ctx, &commands, &stop, &label, &mut batches).await {
+            Ended::Stopped => {
+                let handed = hand_back(batches).await;
+                if handed > 0 {
+                    info!(results = handed, "results handed back to the next owner");
                 }
-                match store.apply_results(&results, ctx.clock.now_ms()).await {
-                    Ok(mut applied) => {
-                        count_applied(&label, &results);
-                        for m in msgs {
-                            let _ = m.ack().await;
-                        }
-                        // Most starts end in the same batch and most ended runs have nothing
-                        // buffered: the shard loop need not read each to find that out.
-                        applied.drop_idle_follow_ups();
-                        // A shard closing drops this; the next owner re-arms from the store.
-                        if !applied.follow_ups.is_empty() || applied.dead > 0 {
-                            let _ = commands.send(Command::Applied(applied)).await;
-                        }
-                    }
-                    Err(e) => {
-                        for m in msgs {
-                            let _ = m.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await;
-                        }
-                        if matches!(e, StoreError::Fenced { .. }) {
-                            warn!(error = %e, "results: shard fenced");
-                            stop.cancel();
-                            break;
-                        }
-                        warn!(error = %e, "applying results failed; they will be redelivered");
+                return;
+            }
+            Ended::Fenced => return,
+            Ended::Lost(lost) => lost,
+        };
+        let handed = hand_back(batches).await;
+        warn!(
+            reason = lost.as_str(),
+            handed_back = handed,
+            "result pull lost; pulling anew"
+        );
+        metrics::RESULT_PULLS_RENEWED_TOTAL
+            .with_label_values(&[&label, lost.as_str()])
+            .inc();
+        batches = loop {
+            match open(&ctx).await {
+                Ok(b) => break b,
+                Err(e) => {
+                    warn!(error = %e, "opening the result pull failed; trying again");
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(REOPEN_AFTER) => {}
                     }
                 }
             }
+        };
+    }
+}
+
+/// Applies what one pull brings, batch by batch, until the pull is lost or the shard stops.
+/// A message is acknowledged only after its batch is committed.
+async fn consume(
+    store: &Store,
+    ctx: &ShardContext,
+    commands: &mpsc::Sender<Command>,
+    stop: &CancellationToken,
+    label: &str,
+    batches: &mut Batches,
+) -> Ended {
+    loop {
+        let batch = tokio::select! {
+            _ = stop.cancelled() => return Ended::Stopped,
+            b = batches.next() => match b {
+                Some(b) => b,
+                None => return Ended::Lost(Lost::Ended),
+            },
+        };
+        let batch = top_up(batches, batch, stop).await;
+        let mut msgs = Vec::with_capacity(batch.len());
+        let mut results = Vec::with_capacity(batch.len());
+        // What came before the error in this batch is still applied.
+        let mut lost = None;
+        for m in batch {
+            let m = match m {
+                Ok(m) => m,
+                Err(e) => {
+                    lost = lost.or(Lost::from_error(&e));
+                    warn!(error = %e, "result stream error");
+                    continue;
+                }
+            };
+            match serde_json::from_slice::<TicketResult>(&m.payload) {
+                Ok(r) => {
+                    results.push(r);
+                    msgs.push(m);
+                }
+                Err(e) => {
+                    // Nothing can ever apply it: terminate it so it is not redelivered.
+                    warn!(error = %e, "malformed result message dropped");
+                    let _ = m.ack_with(AckKind::Term).await;
+                }
+            }
         }
-        .instrument(span),
-    ))
+        if !results.is_empty() {
+            match store.apply_results(&results, ctx.clock.now_ms()).await {
+                Ok(mut applied) => {
+                    count_applied(label, &results);
+                    for m in msgs {
+                        let _ = m.ack().await;
+                    }
+                    // Most starts end in the same batch and most ended runs have nothing
+                    // buffered: the shard loop need not read each to find that out.
+                    applied.drop_idle_follow_ups();
+                    // A shard closing drops this; the next owner re-arms from the store.
+                    if !applied.follow_ups.is_empty() || applied.dead > 0 {
+                        let _ = commands.send(Command::Applied(applied)).await;
+                    }
+                }
+                Err(e) => {
+                    for m in msgs {
+                        let _ = m.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await;
+                    }
+                    if matches!(e, StoreError::Fenced { .. }) {
+                        warn!(error = %e, "results: shard fenced");
+                        stop.cancel();
+                        return Ended::Fenced;
+                    }
+                    warn!(error = %e, "applying results failed; they will be redelivered");
+                }
+            }
+        }
+        if let Some(lost) = lost {
+            return Ended::Lost(lost);
+        }
+    }
 }
 
 /// Tops up a small batch with what arrives within `LINGER`, until it is no longer small (it may
@@ -201,7 +319,28 @@ mod tests {
 
     use tokio_util::sync::CancellationToken;
 
-    use super::{hand_back, top_up, BATCH, LINGER, LINGER_BELOW};
+    use super::{hand_back, top_up, Lost, BATCH, LINGER, LINGER_BELOW};
+
+    /// Only a missed heartbeat gives a pull up; the stream goes on after any other error.
+    #[test]
+    fn only_a_missed_heartbeat_loses_the_pull() {
+        use async_nats::jetstream::consumer::pull::{MessagesError, MessagesErrorKind};
+        assert_eq!(
+            Lost::from_error(&MessagesError::new(MessagesErrorKind::MissingHeartbeat)),
+            Some(Lost::Heartbeat)
+        );
+        for kind in [
+            MessagesErrorKind::Pull,
+            MessagesErrorKind::NoResponders,
+            MessagesErrorKind::Other,
+        ] {
+            assert_eq!(
+                Lost::from_error(&MessagesError::new(kind)),
+                None,
+                "{kind:?}"
+            );
+        }
+    }
 
     /// A shard that stops with results pulled but not applied gives them back: the next pull
     /// gets them at once, not after the 30 s ack wait.
