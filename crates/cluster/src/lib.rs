@@ -96,7 +96,7 @@ fn note_event(connection: &str, event: &async_nats::Event) {
         .with_label_values(&[connection, name])
         .inc();
     match event {
-        Event::Connected => info!(connection, "nats connection (re)established"),
+        Event::Connected => info!(connection, "nats connected"),
         _ => warn!(connection, %event, "nats client event"),
     }
 }
