@@ -1,8 +1,9 @@
 //! A shard's pull of its results that ends is opened again, its consumer with it: the results
 //! workers store meanwhile are applied, and the renewal is counted
-//! (`chronoshard_result_pulls_renewed_total`). A pull that goes silent takes the same path; no way
-//! was found to make a real server drop a pull without a word (a paused consumer still sends
-//! heartbeats), so that trigger is tested in `shard::results`' unit tests.
+//! (`chronoshard_result_pulls_renewed_total`). A pull that goes silent (a missed heartbeat) takes
+//! the same path after it; no way was found to make a real server drop a pull without a word (a
+//! paused consumer still sends heartbeats), so for that trigger only the classification of the
+//! error is tested (`shard::results` unit tests), not the renewal that follows it.
 
 mod common;
 

@@ -32,10 +32,14 @@ const LINGER: Duration = Duration::from_millis(5);
 /// came, and pulls again only when its count says so; once (rarely, under a burst) that count
 /// said a pull was open that the server no longer held, and the shard applied no result for the
 /// 35 s the client waits before it pulls anyway (BENCHMARKS.md). With a heartbeat the client
-/// notices within two periods, and `run` then pulls anew.
+/// notices within two periods (4 s), and `run` then pulls anew. Two periods leave about 2 s for
+/// the process or the server to stall before a healthy pull is taken for lost: such a false
+/// renewal costs a few requests, and results still on their way to the old pull wait out the
+/// ack wait.
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
-const PULL_HEARTBEAT: Duration = Duration::from_secs(1);
-/// Pause before opening a pull again after opening one failed.
+const PULL_HEARTBEAT: Duration = Duration::from_secs(2);
+/// Pause before opening a pull again after opening one failed, or after a pull was lost this
+/// soon after it opened (a consumer that ends every pull at once must not make this a busy loop).
 const REOPEN_AFTER: Duration = Duration::from_secs(1);
 
 type Batches = futures::stream::ReadyChunks<pull::Stream>;
@@ -137,6 +141,7 @@ async fn run(
 ) {
     let label = ctx.shard.to_string();
     loop {
+        let opened = tokio::time::Instant::now();
         let lost = match consume(&store, &ctx, &commands, &stop, &label, &mut batches).await {
             Ended::Stopped => {
                 let handed = hand_back(batches).await;
@@ -145,7 +150,10 @@ async fn run(
                 }
                 return;
             }
-            Ended::Fenced => return,
+            Ended::Fenced => {
+                hand_back(batches).await;
+                return;
+            }
             Ended::Lost(lost) => lost,
         };
         let handed = hand_back(batches).await;
@@ -157,15 +165,24 @@ async fn run(
         metrics::RESULT_PULLS_RENEWED_TOTAL
             .with_label_values(&[&label, lost.as_str()])
             .inc();
+        let mut pause = (opened.elapsed() < REOPEN_AFTER).then_some(REOPEN_AFTER);
         batches = loop {
-            match open(&ctx).await {
+            if let Some(pause) = pause {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(pause) => {}
+                }
+            }
+            // A shard that stops must not wait for a server that does not answer.
+            let opened = tokio::select! {
+                _ = stop.cancelled() => return,
+                opened = open(&ctx) => opened,
+            };
+            match opened {
                 Ok(b) => break b,
                 Err(e) => {
                     warn!(error = %e, "opening the result pull failed; trying again");
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = tokio::time::sleep(REOPEN_AFTER) => {}
-                    }
+                    pause = Some(REOPEN_AFTER);
                 }
             }
         };
@@ -193,11 +210,15 @@ async fn consume(
         let batch = top_up(batches, batch, stop).await;
         let mut msgs = Vec::with_capacity(batch.len());
         let mut results = Vec::with_capacity(batch.len());
-        // What came before the error in this batch is still applied.
+        // The results around an error in a batch are still applied.
         let mut lost = None;
         for m in batch {
             let m = match m {
-                Ok(m) => m,
+                // Something came after the error: the pull lives.
+                Ok(m) => {
+                    lost = None;
+                    m
+                }
                 Err(e) => {
                     lost = lost.or(Lost::from_error(&e));
                     warn!(error = %e, "result stream error");
