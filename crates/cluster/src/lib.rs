@@ -96,7 +96,10 @@ fn note_event(connection: &str, event: &async_nats::Event) {
         .with_label_values(&[connection, name])
         .inc();
     match event {
-        Event::Connected => info!(connection, "nats connected"),
+        // What a start and a clean stop bring.
+        Event::Connected | Event::Draining | Event::Closed => {
+            info!(connection, %event, "nats client event")
+        }
         _ => warn!(connection, %event, "nats client event"),
     }
 }
