@@ -124,10 +124,9 @@ impl Lost {
 
 /// How applying the results of one pull ended.
 enum Ended {
-    /// The shard stops: what was pulled and not applied goes back.
+    /// The shard stops (or was fenced, which stops it): what was pulled and not applied goes
+    /// back.
     Stopped,
-    /// Another node owns the shard now; the shard is being stopped.
-    Fenced,
     Lost(Lost),
 }
 
@@ -148,10 +147,6 @@ async fn run(
                 if handed > 0 {
                     info!(results = handed, "results handed back to the next owner");
                 }
-                return;
-            }
-            Ended::Fenced => {
-                hand_back(batches).await;
                 return;
             }
             Ended::Lost(lost) => lost,
@@ -259,7 +254,7 @@ async fn consume(
                     if matches!(e, StoreError::Fenced { .. }) {
                         warn!(error = %e, "results: shard fenced");
                         stop.cancel();
-                        return Ended::Fenced;
+                        return Ended::Stopped;
                     }
                     warn!(error = %e, "applying results failed; they will be redelivered");
                 }
