@@ -297,18 +297,16 @@ impl Params {
 
     /// The next placeholder.
     pub(super) fn one(&mut self) -> String {
-        let n = self.next;
-        self.next += 1;
-        if self.anonymous {
-            "?".to_string()
-        } else {
-            format!("${n}")
-        }
+        let mut out = String::with_capacity(4);
+        self.push(&mut out);
+        out
     }
 
     /// `n` placeholders separated by commas.
     pub(super) fn list(&mut self, n: usize) -> String {
-        (0..n).map(|_| self.one()).collect::<Vec<_>>().join(", ")
+        let mut out = String::with_capacity(n * self.width());
+        self.push_list(&mut out, n);
+        out
     }
 
     /// `json_rows_of` for the backend these placeholders are for.
@@ -317,11 +315,50 @@ impl Params {
     }
 
     /// `(…), (…), …`: `rows` rows of `cols` placeholders, for a multi-row `VALUES`.
+    ///
+    /// Written into one buffer: the fire and result paths build statements of up to
+    /// `STATEMENT_PARAMS` placeholders for every batch, and a string per placeholder and per row
+    /// made this a few percent of a shard node's CPU (BENCHMARKS.md).
     pub(super) fn rows(&mut self, rows: usize, cols: usize) -> String {
-        (0..rows)
-            .map(|_| format!("({})", self.list(cols)))
-            .collect::<Vec<_>>()
-            .join(", ")
+        let mut out = String::with_capacity(rows * (cols * self.width() + 4));
+        for r in 0..rows {
+            if r > 0 {
+                out.push_str(", ");
+            }
+            out.push('(');
+            self.push_list(&mut out, cols);
+            out.push(')');
+        }
+        out
+    }
+
+    fn push(&mut self, out: &mut String) {
+        use std::fmt::Write;
+        let n = self.next;
+        self.next += 1;
+        if self.anonymous {
+            out.push('?');
+        } else {
+            let _ = write!(out, "${n}");
+        }
+    }
+
+    fn push_list(&mut self, out: &mut String, n: usize) {
+        for i in 0..n {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            self.push(out);
+        }
+    }
+
+    /// About how many bytes a placeholder takes with its separator.
+    fn width(&self) -> usize {
+        if self.anonymous {
+            3
+        } else {
+            6
+        }
     }
 }
 
