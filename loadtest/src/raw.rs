@@ -310,6 +310,7 @@ async fn measure(opts: &RawOptions, js: &Context) -> Result<RawStats> {
         target_per_s: opts.rate_per_s,
         per_s: opts.count as f64 / window_s.max(1e-6),
         round_trip_ms: samples.percentiles(),
+        cpu_us_per_round_trip: Vec::new(),
     })
 }
 

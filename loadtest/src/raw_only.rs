@@ -45,6 +45,13 @@ pub async fn run(args: RawArgs) -> anyhow::Result<(Report, PathBuf)> {
         spawned: own.is_some(),
         ..report.platform
     };
+    // What a round trip costs: this process (publisher and consumers) and the nats-server when
+    // it is this run's own.
+    let mut watched = vec![("chronoshard-loadtest".to_string(), std::process::id())];
+    if let Some(pid) = own.as_ref().and_then(|s| s.pid()) {
+        watched.push(("nats-server".into(), pid));
+    }
+    let before = crate::probe::procs::CpuSnapshot::take(&watched);
     let measured = raw::run(&RawOptions {
         nats_url,
         run_id,
@@ -53,7 +60,11 @@ pub async fn run(args: RawArgs) -> anyhow::Result<(Report, PathBuf)> {
         window: args.window.max(1),
         timeout: std::time::Duration::from_secs(300),
     })
-    .await;
+    .await
+    .map(|mut m| {
+        m.cpu_us_per_round_trip = before.cpu_since(args.count);
+        m
+    });
     if let Some(mut server) = own {
         let _ = server.stop().await;
         let _ = std::fs::remove_dir_all(dir.join("nats"));

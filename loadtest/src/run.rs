@@ -220,7 +220,24 @@ async fn drive(
     let metrics_before = api.metrics().await;
     if args.common.raw {
         ctx.phase("raw ceiling");
-        report.raw = Some(measure_raw(&platform.nats_url, &ctx.run_id, s.jobs.max(50_000)).await?);
+        // The processes whose CPU a raw round trip costs: this one (it runs the raw publisher
+        // and consumers) and the nats-server, with the platform idle beside them.
+        let mut watched = platform
+            .watched
+            .lock()
+            .map(|w| w.clone())
+            .unwrap_or_default();
+        watched.push(("chronoshard-loadtest".into(), std::process::id()));
+        watched.extend(args.common.pids.iter().cloned());
+        report.raw = Some(
+            measure_raw(
+                &platform.nats_url,
+                &ctx.run_id,
+                s.jobs.max(50_000),
+                &watched,
+            )
+            .await?,
+        );
     }
 
     // Probes first, so nothing the platform does is missed.
@@ -383,7 +400,7 @@ async fn drive(
 
     stop_probes.cancel();
     let watched = watcher.await?;
-    let processes = sampler.await?;
+    let sampled = sampler.await?;
     let mut starts = match sink {
         Some(sink) => {
             if sink.unparsed() > 0 {
@@ -445,14 +462,14 @@ async fn drive(
         ));
     }
     report.start = Some(start);
-    report.end_to_end = summary::end_to_end(&records);
+    report.end_to_end = summary::end_to_end(&records, &sampled.cpu);
     report.create = Some(created.stats);
     report.timeline = summary::timeline(
         &records,
         ctx.start_us,
         args.common.bucket.0.as_millis() as u64,
     );
-    report.processes = processes;
+    report.processes = sampled.processes;
     report.ratios = summary::ratios(report);
     report.targets = summary::targets(report);
     Ok(())
@@ -494,8 +511,14 @@ async fn nodes_balanced(api: &Api, want: usize) -> bool {
             .all(|n| n["shards"].as_array().is_some_and(|s| !s.is_empty()))
 }
 
-async fn measure_raw(nats: &str, run_id: &str, count: u64) -> anyhow::Result<report::RawStats> {
-    let stats = raw::run(&RawOptions {
+async fn measure_raw(
+    nats: &str,
+    run_id: &str,
+    count: u64,
+    watched: &[(String, u32)],
+) -> anyhow::Result<report::RawStats> {
+    let before = procs::CpuSnapshot::take(watched);
+    let mut stats = raw::run(&RawOptions {
         nats_url: nats.to_string(),
         run_id: format!("{run_id}_ceiling"),
         count,
@@ -504,6 +527,7 @@ async fn measure_raw(nats: &str, run_id: &str, count: u64) -> anyhow::Result<rep
         timeout: Duration::from_secs(120),
     })
     .await?;
+    stats.cpu_us_per_round_trip = before.cpu_since(count);
     eprintln!(
         "raw ceiling: {:.0} round trips/s, p99 {:.2} ms",
         stats.per_s, stats.round_trip_ms.p99

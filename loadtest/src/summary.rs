@@ -6,11 +6,15 @@ use std::collections::HashSet;
 use uuid::Uuid;
 
 use crate::{
+    probe::procs::CpuSeries,
     probe::{
         nats::{Completed, Fired},
         Start,
     },
-    report::{Bucket, Fairness, PhaseStats, Ratio, Report, TargetCheck, Throughput, Timeline},
+    report::{
+        cpu_total, Bucket, CpuPerUnit, Fairness, PhaseStats, Ratio, Report, TargetCheck,
+        Throughput, Timeline,
+    },
     stats::{Buckets, Samples},
 };
 
@@ -105,18 +109,42 @@ pub fn fairness(r: &Records, big_tenant: &str) -> Fairness {
     }
 }
 
-/// First ticket published → last result recorded.
-pub fn end_to_end(r: &Records) -> Option<Throughput> {
+/// The end-to-end window (µs): first ticket published → last result recorded.
+pub fn end_to_end_window(r: &Records) -> Option<(i64, i64)> {
     let first = r.fired.iter().map(|f| f.at_us).min()?;
     let last_result = r.completed.iter().map(|c| c.at_us).max()?;
     let end = r.recorded_us.unwrap_or(last_result).max(last_result);
-    let window_s = (end - first).max(1) as f64 / 1e6;
+    Some((first, end.max(first + 1)))
+}
+
+/// Jobs completed over the end-to-end window, and what each watched process spent per job in it.
+pub fn end_to_end(r: &Records, cpu: &[CpuSeries]) -> Option<Throughput> {
+    let (first, end) = end_to_end_window(r)?;
+    let window_s = (end - first) as f64 / 1e6;
     let completed = r.completed.len() as u64;
     Some(Throughput {
         completed,
         window_s,
         per_s: completed as f64 / window_s,
+        cpu_us_per_job: cpu_per_unit(cpu, first, end, completed),
     })
+}
+
+/// CPU per unit of work of each process whose samples cover `from_us..to_us`.
+pub fn cpu_per_unit(cpu: &[CpuSeries], from_us: i64, to_us: i64, units: u64) -> Vec<CpuPerUnit> {
+    if units == 0 {
+        return Vec::new();
+    }
+    cpu.iter()
+        .filter_map(|c| {
+            let s = c.cpu_between(from_us, to_us)?;
+            Some(CpuPerUnit {
+                name: c.name.clone(),
+                pid: c.pid,
+                us: s * 1e6 / units as f64,
+            })
+        })
+        .collect()
 }
 
 pub fn timeline(r: &Records, start_us: i64, bucket_ms: u64) -> Timeline {
@@ -185,6 +213,23 @@ pub fn ratios(report: &Report) -> Vec<Ratio> {
     }
     if let Some(f) = &report.fire {
         add("fires/s vs raw round trips/s", f.per_s);
+    }
+    // CPU, the other way round: what a raw round trip costs the machine as a share of what a
+    // job costs it. On a machine whose cores are all busy (a closed-loop burst) this is about
+    // the throughput ratio, and it does not move with how fast the machine is that minute.
+    let raw_us = cpu_total(&raw.cpu_us_per_round_trip);
+    if let Some(job_us) = report
+        .end_to_end
+        .as_ref()
+        .map(|e| cpu_total(&e.cpu_us_per_job))
+        .filter(|us| *us > 0.0 && raw_us > 0.0)
+    {
+        v.push(Ratio {
+            what: "CPU per raw round trip vs CPU per end-to-end job (µs)".into(),
+            platform: job_us,
+            raw: raw_us,
+            ratio: raw_us / job_us,
+        });
     }
     v
 }
@@ -348,22 +393,85 @@ mod tests {
         assert_eq!(tl.buckets[0].fire_p99_ms, None);
     }
 
-    #[test]
-    fn end_to_end_runs_to_the_last_recorded_result() {
+    /// One job fired at 1 s and completed at `done_us`.
+    fn one_job(done_us: i64) -> Records {
         let a = Uuid::now_v7();
-        let r = Records {
+        Records {
             fired: vec![fired(a, 1, 0, 1_000_000)],
             completed: vec![Completed {
                 ticket_id: a,
                 attempt: 1,
-                at_us: 1_500_000,
+                at_us: done_us,
             }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn end_to_end_runs_to_the_last_recorded_result() {
+        let r = Records {
             recorded_us: Some(3_000_000),
+            ..one_job(1_500_000)
+        };
+        let e = end_to_end(&r, &[]).unwrap();
+        assert_eq!((e.completed, e.window_s, e.per_s), (1, 2.0, 0.5));
+        assert!(e.cpu_us_per_job.is_empty());
+        assert!(end_to_end(&Records::default(), &[]).is_none());
+    }
+
+    /// CPU per job is over the end-to-end window only, for the processes sampled through all
+    /// of it.
+    #[test]
+    fn cpu_per_job_counts_the_window_and_whole_processes_only() {
+        let r = one_job(3_000_000);
+        let series = |name: &str, points: Vec<(i64, u64)>| CpuSeries {
+            name: name.into(),
+            pid: 7,
+            points,
+        };
+        let cpu = [
+            // 50 ticks before the window, 100 in it (0.1 s per 100 ms), 80 after.
+            series(
+                "busy",
+                vec![(0, 0), (1_000_000, 50), (3_000_000, 250), (4_000_000, 330)],
+            ),
+            // Killed inside the window: left out.
+            series("killed", vec![(0, 0), (2_000_000, 100)]),
+        ];
+        let e = end_to_end(&r, &cpu).unwrap();
+        assert_eq!(e.cpu_us_per_job.len(), 1);
+        assert_eq!(e.cpu_us_per_job[0].name, "busy");
+        assert!((e.cpu_us_per_job[0].us - 2_000_000.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn the_cpu_ratio_needs_both_sides() {
+        let cpu = |us: f64| {
+            vec![CpuPerUnit {
+                name: "p".into(),
+                pid: 1,
+                us,
+            }]
+        };
+        let mut report = Report {
+            raw: Some(crate::report::RawStats {
+                per_s: 1000.0,
+                cpu_us_per_round_trip: cpu(50.0),
+                ..Default::default()
+            }),
+            end_to_end: Some(Throughput {
+                completed: 10,
+                window_s: 1.0,
+                per_s: 10.0,
+                cpu_us_per_job: cpu(200.0),
+            }),
             ..Default::default()
         };
-        let e = end_to_end(&r).unwrap();
-        assert_eq!((e.completed, e.window_s, e.per_s), (1, 2.0, 0.5));
-        assert!(end_to_end(&Records::default()).is_none());
+        let r = ratios(&report);
+        let c = r.iter().find(|r| r.what.starts_with("CPU")).unwrap();
+        assert_eq!((c.platform, c.raw, c.ratio), (200.0, 50.0, 0.25));
+        report.raw.as_mut().unwrap().cpu_us_per_round_trip.clear();
+        assert!(!ratios(&report).iter().any(|r| r.what.starts_with("CPU")));
     }
 
     #[test]

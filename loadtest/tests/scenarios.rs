@@ -121,6 +121,16 @@ fn spread_measures_every_phase_and_writes_both_reports() {
     assert_eq!(r["fire"]["count"], 300);
     assert_eq!(r["start"]["count"], 300);
     assert_eq!(r["end_to_end"]["completed"], 300);
+    // Every process that lived through the firing has its CPU per job.
+    let per_job: Vec<&str> = r["end_to_end"]["cpu_us_per_job"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    for p in ["chronoshard dev", "nats-server", "chronoshard-loadtest"] {
+        assert!(per_job.contains(&p), "{p} in {per_job:?}");
+    }
     let fire = &r["fire"]["lateness_ms"];
     assert!(fire["p50"].as_f64().unwrap() <= fire["p99"].as_f64().unwrap());
     // Not `start >= fire`: the two are stamped by different observers (the watcher can see a
@@ -296,6 +306,14 @@ fn raw_measures_the_ceiling_on_its_own_nats_server() {
     let r = ok(&o);
     assert_eq!(r["raw"]["count"], 3000);
     assert!(r["raw"]["per_s"].as_f64().unwrap() > 0.0);
+    // What a round trip cost: this tool and the nats-server it started.
+    let cpu: Vec<&str> = r["raw"]["cpu_us_per_round_trip"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(cpu, ["chronoshard-loadtest", "nats-server"]);
 }
 
 #[test]

@@ -1,13 +1,18 @@
 //! CPU time and memory of the processes a run involves, read from `/proc` (Linux): sampled every
-//! half second so the peak resident set is seen even for a process that is killed later, and the
-//! CPU used during the run is the difference between the first and the last sample.
+//! 100 ms so the peak resident set is seen even for a process that is killed later, and the
+//! CPU used during the run is the difference between the first and the last sample. The samples
+//! are kept, so the CPU a process used within any window of the run (the firing, say) can be
+//! read off afterwards (`cpu_between`).
 
 use std::{collections::BTreeMap, time::Duration};
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::{progress::now_us, report::ProcessStats};
+use crate::{
+    progress::now_us,
+    report::{CpuPerUnit, ProcessStats},
+};
 
 #[derive(Clone, Debug, Default, PartialEq)]
 struct Sample {
@@ -26,17 +31,98 @@ struct Seen {
     first_us: i64,
     last_us: i64,
     peak_rss: u64,
+    cpu: Vec<(i64, u64)>,
+}
+
+/// One process's CPU time as sampled: (time in µs since the epoch, clock ticks used so far).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CpuSeries {
+    pub name: String,
+    pub pid: u32,
+    pub points: Vec<(i64, u64)>,
+}
+
+impl CpuSeries {
+    /// CPU seconds the process used between `from_us` and `to_us`, interpolated linearly
+    /// between the samples around each end. None unless samples cover the whole window (a
+    /// process that started late or died early), or when the window is empty.
+    pub fn cpu_between(&self, from_us: i64, to_us: i64) -> Option<f64> {
+        if to_us <= from_us {
+            return None;
+        }
+        let at = |t: i64| -> Option<f64> {
+            let i = self.points.partition_point(|(pt, _)| *pt < t);
+            let (t1, c1) = *self.points.get(i)?;
+            if t1 == t {
+                return Some(c1 as f64);
+            }
+            let (t0, c0) = *self.points.get(i.checked_sub(1)?)?;
+            let f = (t - t0) as f64 / (t1 - t0) as f64;
+            Some(c0 as f64 + f * (c1 as f64 - c0 as f64))
+        };
+        let ticks = at(to_us)? - at(from_us)?;
+        Some(ticks.max(0.0) / clock_ticks_per_second() as f64)
+    }
+}
+
+/// What the sampler saw: a row per (name, pid) over the whole run, and the CPU samples behind it.
+#[derive(Clone, Debug, Default)]
+pub struct Sampled {
+    pub processes: Vec<ProcessStats>,
+    pub cpu: Vec<CpuSeries>,
+}
+
+/// CPU seconds `pid` has used so far; None once it is gone.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    sample(pid).map(|s| s.cpu_ticks as f64 / clock_ticks_per_second() as f64)
+}
+
+/// The CPU time each of `procs` (name, pid) has used so far, for `cpu_since`.
+#[derive(Clone, Debug, Default)]
+pub struct CpuSnapshot(Vec<(String, u32, f64)>);
+
+impl CpuSnapshot {
+    pub fn take(procs: &[(String, u32)]) -> CpuSnapshot {
+        CpuSnapshot(
+            procs
+                .iter()
+                .filter_map(|(name, pid)| Some((name.clone(), *pid, cpu_seconds(*pid)?)))
+                .collect(),
+        )
+    }
+
+    /// What each process of this snapshot spent since, per unit of `units` done meanwhile; a
+    /// process gone since is left out.
+    pub fn cpu_since(&self, units: u64) -> Vec<CpuPerUnit> {
+        if units == 0 {
+            return Vec::new();
+        }
+        self.0
+            .iter()
+            .filter_map(|(name, pid, before)| {
+                let spent = cpu_seconds(*pid)? - before;
+                Some(CpuPerUnit {
+                    name: name.clone(),
+                    pid: *pid,
+                    us: spent.max(0.0) * 1e6 / units as f64,
+                })
+            })
+            .collect()
+    }
 }
 
 /// What the sampler is told to watch: (name, pid) pairs, changeable while it runs (a restarted
 /// worker is a new pid).
 pub type Watched = std::sync::Arc<std::sync::Mutex<Vec<(String, u32)>>>;
 
-/// Samples every watched process until `stop`, then returns one row per (name, pid).
-pub fn spawn_sampler(watched: Watched, stop: CancellationToken) -> JoinHandle<Vec<ProcessStats>> {
+/// Samples every watched process until `stop`, then returns one row per (name, pid) and the CPU
+/// samples.
+pub fn spawn_sampler(watched: Watched, stop: CancellationToken) -> JoinHandle<Sampled> {
     tokio::spawn(async move {
         let mut seen: BTreeMap<(String, u32), Seen> = BTreeMap::new();
-        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        // Ticks of USER_HZ (10 ms) and a window of a few seconds: a tenth of a second between
+        // samples keeps the interpolation at a window's ends small against what it measures.
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
         loop {
             let stopping = tokio::select! {
                 _ = stop.cancelled() => true,
@@ -53,6 +139,7 @@ pub fn spawn_sampler(watched: Watched, stop: CancellationToken) -> JoinHandle<Ve
                     e.first = Some(s.clone());
                     e.first_us = now;
                 }
+                e.cpu.push((now, s.cpu_ticks));
                 e.last = Some(s);
                 e.last_us = now;
             }
@@ -61,7 +148,16 @@ pub fn spawn_sampler(watched: Watched, stop: CancellationToken) -> JoinHandle<Ve
             }
         }
         let tick_hz = clock_ticks_per_second() as f64;
-        seen.into_iter()
+        let cpu = seen
+            .iter()
+            .map(|((name, pid), s)| CpuSeries {
+                name: name.clone(),
+                pid: *pid,
+                points: s.cpu.clone(),
+            })
+            .collect();
+        let processes = seen
+            .into_iter()
             .map(|((_, pid), s)| {
                 let first = s.first.unwrap_or_default();
                 let last = s.last.unwrap_or_default();
@@ -76,7 +172,8 @@ pub fn spawn_sampler(watched: Watched, stop: CancellationToken) -> JoinHandle<Ve
                     hwm_rss_bytes: last.hwm_bytes,
                 }
             })
-            .collect()
+            .collect();
+        Sampled { processes, cpu }
     })
 }
 
@@ -142,6 +239,46 @@ mod tests {
         let s = parse(stat, status).unwrap();
         assert_eq!(s.cpu_ticks, 325);
         assert_eq!((s.rss_bytes, s.hwm_bytes), (1024 * 1024, 2048 * 1024));
+    }
+
+    #[test]
+    fn cpu_between_interpolates_inside_the_samples_only() {
+        let series = CpuSeries {
+            name: "p".into(),
+            pid: 1,
+            points: vec![(0, 0), (100, 10), (200, 30), (300, 30)],
+        };
+        let close = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() < 1e-9);
+        // On the samples: 30 ticks of 10 ms.
+        assert!(close(series.cpu_between(0, 200), 0.3));
+        // Half-way between samples at both ends: 5 → 20 ticks.
+        assert!(close(series.cpu_between(50, 150), 0.15));
+        // Idle at the end.
+        assert!(close(series.cpu_between(200, 300), 0.0));
+        // Not covered, or empty.
+        assert_eq!(series.cpu_between(-1, 100), None);
+        assert_eq!(series.cpu_between(100, 301), None);
+        assert_eq!(series.cpu_between(100, 100), None);
+        assert_eq!(CpuSeries::default().cpu_between(0, 1), None);
+    }
+
+    /// A snapshot of this process sees the CPU it burns afterwards, per unit.
+    #[test]
+    fn a_snapshot_counts_what_was_spent_since() {
+        let me = [("me".to_string(), std::process::id())];
+        let gone = [("gone".to_string(), u32::MAX)];
+        let before = CpuSnapshot::take(&[me[0].clone(), gone[0].clone()]);
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        // Busy until the kernel has counted at least two ticks (20 ms) of it.
+        while cpu_seconds(std::process::id()).unwrap() - before.0[0].2 < 0.02 {
+            x = x.wrapping_add(std::hint::black_box(1));
+            assert!(start.elapsed().as_secs() < 10, "no CPU counted in 10 s");
+        }
+        let spent = before.cpu_since(10);
+        assert_eq!(spent.len(), 1, "the missing process is left out");
+        assert!(spent[0].us >= 2_000.0, "{spent:?} ({x})");
+        assert!(before.cpu_since(0).is_empty());
     }
 
     #[test]

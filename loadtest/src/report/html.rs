@@ -176,12 +176,19 @@ fn summary(o: &mut String, r: &Report) -> Result {
     }
     if let Some(e) = &r.end_to_end {
         let (name, window) = ("end to end (completed)", num(e.window_s, 1));
-        let details = format!("window {window} s");
+        let mut details = format!("window {window} s");
+        if let Some(cpu) = super::text::cpu_line(&e.cpu_us_per_job) {
+            details += &format!("; CPU per job {}", esc(&cpu));
+        }
         rows.push(row(name, e.completed, e.per_s, None, details));
     }
     if let Some(x) = &r.raw {
         let (name, rt) = ("raw JetStream (round trip)", Some(&x.round_trip_ms));
-        rows.push(row(name, x.count, x.per_s, rt, target(x.target_per_s)));
+        let mut details = target(x.target_per_s);
+        if let Some(cpu) = super::text::cpu_line(&x.cpu_us_per_round_trip) {
+            details += &format!("; CPU per round trip {}", esc(&cpu));
+        }
+        rows.push(row(name, x.count, x.per_s, rt, details));
     }
     let head = "figure|count|per s|p50 ms|p90 ms|p99 ms|p99.9 ms|max ms|details";
     table(o, head, rows)?;

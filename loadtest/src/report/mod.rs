@@ -133,6 +133,10 @@ pub struct Throughput {
     /// From the first ticket published to the last result recorded.
     pub window_s: f64,
     pub per_s: f64,
+    /// CPU per completed job over that window, of each process watched through all of it (a
+    /// process killed or started inside the window is left out).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpu_us_per_job: Vec<CpuPerUnit>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
@@ -171,6 +175,24 @@ pub struct RawStats {
     pub per_s: f64,
     /// Intended publish time → result consumed.
     pub round_trip_ms: Percentiles,
+    /// CPU per round trip of each process watched while it ran (this tool, which runs the raw
+    /// publisher and consumers, and the nats-server when its pid is known).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpu_us_per_round_trip: Vec<CpuPerUnit>,
+}
+
+/// The CPU (user + system) one process spent per unit of work: per job end to end, or per raw
+/// round trip.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct CpuPerUnit {
+    pub name: String,
+    pub pid: u32,
+    pub us: f64,
+}
+
+/// The sum of a list of `CpuPerUnit`.
+pub fn cpu_total(v: &[CpuPerUnit]) -> f64 {
+    v.iter().map(|c| c.us).sum()
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]

@@ -3,7 +3,7 @@
 
 use std::{fmt::Write, path::Path};
 
-use super::{Percentiles, Report, ServerView};
+use super::{cpu_total, CpuPerUnit, Percentiles, Report, ServerView};
 
 fn lat(p: &Percentiles) -> String {
     format!(
@@ -32,6 +32,21 @@ pub fn server_line(v: &ServerView) -> String {
         bucket(v.p999_ms)
     );
     s
+}
+
+/// CPU per unit of work, in all and by process: `219 µs (chronoshard dev 116 · nats-server 54)`,
+/// the largest first. None when nothing was measured.
+pub fn cpu_line(v: &[CpuPerUnit]) -> Option<String> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut by = v.to_vec();
+    by.sort_by(|a, b| b.us.total_cmp(&a.us));
+    let parts: Vec<String> = by
+        .iter()
+        .map(|c| format!("{} {:.0}", c.name, c.us))
+        .collect();
+    Some(format!("{:.0} µs ({})", cpu_total(v), parts.join(" · ")))
 }
 
 pub fn summary(r: &Report, dir: &Path) -> String {
@@ -89,6 +104,9 @@ pub fn summary(r: &Report, dir: &Path) -> String {
             "  e2e      {} jobs in {:.2} s: {:.0} jobs/s",
             e.completed, e.window_s, e.per_s
         );
+        if let Some(cpu) = cpu_line(&e.cpu_us_per_job) {
+            let _ = writeln!(s, "  cpu      per job, over that window: {cpu}");
+        }
     }
     if let Some(raw) = &r.raw {
         let _ = writeln!(
@@ -98,6 +116,9 @@ pub fn summary(r: &Report, dir: &Path) -> String {
             raw.per_s,
             lat(&raw.round_trip_ms)
         );
+        if let Some(cpu) = cpu_line(&raw.cpu_us_per_round_trip) {
+            let _ = writeln!(s, "  cpu      per raw round trip: {cpu}");
+        }
     }
     for v in &r.server {
         let _ = writeln!(s, "  server   {}", server_line(v));
@@ -149,4 +170,23 @@ pub fn lost_or_doubled(r: &Report) -> bool {
             || c.occurrences_with_two_tickets > 0
             || c.tickets_executed_twice > c.executed_twice_after_worker_death
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_line_puts_the_total_first_and_the_largest_process_next() {
+        let c = |name: &str, us: f64| CpuPerUnit {
+            name: name.into(),
+            pid: 1,
+            us,
+        };
+        assert_eq!(cpu_line(&[]), None);
+        assert_eq!(
+            cpu_line(&[c("worker", 34.4), c("dev", 116.2), c("nats-server", 54.0)]).unwrap(),
+            "205 µs (dev 116 · nats-server 54 · worker 34)"
+        );
+    }
 }

@@ -39,14 +39,23 @@ fn full() -> Report {
         }),
         fire: Some(PhaseStats { count: 990, per_s: 100.0, lateness_ms: pct }),
         start: Some(PhaseStats { count: 990, per_s: 99.0, lateness_ms: pct }),
-        end_to_end: Some(Throughput { completed: 990, window_s: 10.0, per_s: 99.0 }),
+        end_to_end: Some(Throughput {
+            completed: 990, window_s: 10.0, per_s: 99.0,
+            cpu_us_per_job: vec![
+                CpuPerUnit { name: EVIL.into(), pid: 9, us: 50.0 },
+                CpuPerUnit { name: "chronoshard dev".into(), pid: 8, us: 100.4 },
+            ],
+        }),
         correctness: Some(Correctness {
             expected: 1000, fired: 999, executed: 998, missed: 2,
             occurrences_with_two_tickets: 1, tickets_executed_twice: 3, occurrences_executed_twice: 3,
             executed_twice_after_worker_death: 1, examples: vec![format!("job 7: {EVIL}")],
             ..Default::default()
         }),
-        raw: Some(RawStats { count: 5000, target_per_s: 0.0, per_s: 2e4, round_trip_ms: pct }),
+        raw: Some(RawStats {
+            count: 5000, target_per_s: 0.0, per_s: 2e4, round_trip_ms: pct,
+            cpu_us_per_round_trip: vec![CpuPerUnit { name: "nats-server".into(), pid: 7, us: 40.0 }],
+        }),
         ratios: vec![Ratio { what: "fire/s".into(), platform: 100.0, raw: 2e4, ratio: 0.005 }],
         processes: vec![ProcessStats {
             name: "shard-node".into(), pid: 123, cpu_s: 4.5, cpu_cores: 0.05,
@@ -118,6 +127,8 @@ fn full_report_has_every_section_and_escapes_strings() {
         "class=\"ev\"",
         "log scale",
         "&lt;script&gt;alert(&#39;x&amp;y&#39;)&lt;/script&gt;",
+        "CPU per job 150 µs (chronoshard dev 100 · &lt;script&gt;",
+        "CPU per round trip 40 µs (nats-server 40)",
         ">met<",
         ">not met<",
         ">not judged<",
