@@ -110,7 +110,7 @@ pub fn fairness(r: &Records, big_tenant: &str) -> Fairness {
 }
 
 /// The end-to-end window (µs): first ticket published → last result recorded.
-pub fn end_to_end_window(r: &Records) -> Option<(i64, i64)> {
+fn end_to_end_window(r: &Records) -> Option<(i64, i64)> {
     let first = r.fired.iter().map(|f| f.at_us).min()?;
     let last_result = r.completed.iter().map(|c| c.at_us).max()?;
     let end = r.recorded_us.unwrap_or(last_result).max(last_result);
@@ -138,11 +138,7 @@ pub fn cpu_per_unit(cpu: &[CpuSeries], from_us: i64, to_us: i64, units: u64) -> 
     cpu.iter()
         .filter_map(|c| {
             let s = c.cpu_between(from_us, to_us)?;
-            Some(CpuPerUnit {
-                name: c.name.clone(),
-                pid: c.pid,
-                us: s * 1e6 / units as f64,
-            })
+            Some(CpuPerUnit::of(&c.name, c.pid, s, units))
         })
         .collect()
 }
@@ -216,16 +212,25 @@ pub fn ratios(report: &Report) -> Vec<Ratio> {
     }
     // CPU, the other way round: what a raw round trip costs the machine as a share of what a
     // job costs it. On a machine whose cores are all busy (a closed-loop burst) this is about
-    // the throughput ratio, and it does not move with how fast the machine is that minute.
+    // the throughput ratio, and its parts say which process costs what. Only when every
+    // process watched in the run lived through the whole window: one killed in it (`fault`)
+    // would leave its share out and flatter the platform.
     let raw_us = cpu_total(&raw.cpu_us_per_round_trip);
+    let whole = |e: &Throughput| {
+        report
+            .processes
+            .iter()
+            .all(|p| e.cpu_us_per_job.iter().any(|c| c.pid == p.pid))
+    };
     if let Some(job_us) = report
         .end_to_end
         .as_ref()
+        .filter(|e| whole(e))
         .map(|e| cpu_total(&e.cpu_us_per_job))
         .filter(|us| *us > 0.0 && raw_us > 0.0)
     {
         v.push(Ratio {
-            what: "CPU per raw round trip vs CPU per end-to-end job (µs)".into(),
+            what: "raw round trip's CPU as a share of an end-to-end job's".into(),
             platform: job_us,
             raw: raw_us,
             ratio: raw_us / job_us,
@@ -467,11 +472,25 @@ mod tests {
             }),
             ..Default::default()
         };
+        let is_cpu = |r: &Ratio| r.what.starts_with("raw round trip's CPU");
         let r = ratios(&report);
-        let c = r.iter().find(|r| r.what.starts_with("CPU")).unwrap();
+        let c = r.iter().find(|r| is_cpu(r)).unwrap();
         assert_eq!((c.platform, c.raw, c.ratio), (200.0, 50.0, 0.25));
+        // A process of the run missing from the window (killed in it): no ratio.
+        report.processes = vec![crate::report::ProcessStats {
+            name: "killed".into(),
+            pid: 2,
+            ..Default::default()
+        }];
+        assert!(!ratios(&report).iter().any(is_cpu));
+        report.processes.clear();
+        // Either side unmeasured: no ratio.
+        let e2e = report.end_to_end.as_mut().unwrap();
+        e2e.cpu_us_per_job.clear();
+        assert!(!ratios(&report).iter().any(is_cpu));
+        report.end_to_end.as_mut().unwrap().cpu_us_per_job = cpu(200.0);
         report.raw.as_mut().unwrap().cpu_us_per_round_trip.clear();
-        assert!(!ratios(&report).iter().any(|r| r.what.starts_with("CPU")));
+        assert!(!ratios(&report).iter().any(is_cpu));
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! The SQLite floor of one job: what SQLite itself spends to write the rows a one-shot job's
-//! fire, publish ack and result write in a shard database, with nothing else around it. Run it
-//! with `cargo bench -p chronoshard-shard-node --bench floor`.
+//! An approximate floor of one job's database writes: what SQLite, reached through sqlx, spends
+//! to write the rows a one-shot job's fire, publish ack and result write in a shard database,
+//! with little else around it. Run it with `cargo bench -p chronoshard-shard-node --bench floor`.
 //!
 //! A shard database is made by `Store::open` (the real schema and its indexes, WAL,
 //! `synchronous = NORMAL`), filled with `FLOOR_BENCH_JOBS` one-shot jobs due at one instant
@@ -14,8 +14,9 @@
 //!
 //! Each statement is set-based SQL prepared once (the job and ticket ids come from a table of
 //! the bench's own; only the batch's range is bound): no row crosses into Rust, no statement is
-//! built or parsed for a batch, no JSON is read. So this is a floor, not a figure of the store:
-//! what any implementation of the present schema pays at least, at that batch size. The
+//! built or parsed for a batch, no JSON is read. So this is about a floor, not a figure of the
+//! store: what an implementation of the present schema on sqlx pays at that batch size (the
+//! bench's own id and body lookups add a little that the store does not do). The
 //! process's CPU time (user + system, all threads: the SQLite connection runs on a thread of its
 //! own) per job is printed for each step and in all, with the wall time; the bench checks that
 //! every run ended `succeeded`.
@@ -38,10 +39,10 @@ use uuid::Uuid;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
-// Only `env_num` is used here; the rest serves fire.rs and scale.rs.
+// Only `env_num` and `loadavg` are used here; the rest serves fire.rs and scale.rs.
 #[allow(dead_code)]
 mod common;
-use common::env_num;
+use common::{env_num, loadavg};
 
 /// A job spec and a ticket body of the sizes the load test's jobs have (about 250 and 500 bytes).
 const SPEC: &str = r#"{"tenant":"lt-0a1b2c3d-7","name":"lt-0a1b2c3d-123","schedule":{"at":"2026-12-02T05:00:00Z"},"target":{"type":"queue","queue":"lt-0a1b2c3d"},"payload":{"loadtest":"0a1b2c3d"},"retry":{"max_attempts":5,"backoff":"fixed","initial":"1s"},"overlap":"allow","catchup":{"policy":"all"}}"#;
@@ -88,9 +89,7 @@ async fn run() -> Res<()> {
     set_up(&pool, jobs).await?;
     println!(
         "floor bench: {jobs} one-shot jobs, batches of {batch}, load average {}",
-        std::fs::read_to_string("/proc/loadavg")
-            .unwrap_or_default()
-            .trim()
+        loadavg()
     );
     let batches: Vec<(usize, usize)> = (0..jobs)
         .step_by(batch)

@@ -50,6 +50,10 @@ impl CpuSeries {
         if to_us <= from_us {
             return None;
         }
+        debug_assert!(
+            self.points.windows(2).all(|w| w[0].0 <= w[1].0),
+            "samples in time order"
+        );
         let at = |t: i64| -> Option<f64> {
             let i = self.points.partition_point(|(pt, _)| *pt < t);
             let (t1, c1) = *self.points.get(i)?;
@@ -101,11 +105,7 @@ impl CpuSnapshot {
             .iter()
             .filter_map(|(name, pid, before)| {
                 let spent = cpu_seconds(*pid)? - before;
-                Some(CpuPerUnit {
-                    name: name.clone(),
-                    pid: *pid,
-                    us: spent.max(0.0) * 1e6 / units as f64,
-                })
+                Some(CpuPerUnit::of(name, *pid, spent, units))
             })
             .collect()
     }
@@ -148,17 +148,15 @@ pub fn spawn_sampler(watched: Watched, stop: CancellationToken) -> JoinHandle<Sa
             }
         }
         let tick_hz = clock_ticks_per_second() as f64;
-        let cpu = seen
-            .iter()
-            .map(|((name, pid), s)| CpuSeries {
-                name: name.clone(),
-                pid: *pid,
-                points: s.cpu.clone(),
-            })
-            .collect();
+        let mut cpu = Vec::with_capacity(seen.len());
         let processes = seen
             .into_iter()
-            .map(|((_, pid), s)| {
+            .map(|((_, pid), mut s)| {
+                cpu.push(CpuSeries {
+                    name: s.name.clone(),
+                    pid,
+                    points: std::mem::take(&mut s.cpu),
+                });
                 let first = s.first.unwrap_or_default();
                 let last = s.last.unwrap_or_default();
                 let cpu_s = last.cpu_ticks.saturating_sub(first.cpu_ticks) as f64 / tick_hz;

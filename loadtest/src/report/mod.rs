@@ -190,6 +190,17 @@ pub struct CpuPerUnit {
     pub us: f64,
 }
 
+impl CpuPerUnit {
+    /// `cpu_s` seconds spent over `units` (at least one) units of work.
+    pub fn of(name: &str, pid: u32, cpu_s: f64, units: u64) -> CpuPerUnit {
+        CpuPerUnit {
+            name: name.to_string(),
+            pid,
+            us: cpu_s.max(0.0) * 1e6 / units.max(1) as f64,
+        }
+    }
+}
+
 /// The sum of a list of `CpuPerUnit`.
 pub fn cpu_total(v: &[CpuPerUnit]) -> f64 {
     v.iter().map(|c| c.us).sum()

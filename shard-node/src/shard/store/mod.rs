@@ -318,7 +318,7 @@ impl Params {
     ///
     /// Written into one buffer: the fire and result paths build statements of up to
     /// `STATEMENT_PARAMS` placeholders for every batch, and a string per placeholder and per row
-    /// made this a few percent of a shard node's CPU (BENCHMARKS.md).
+    /// took 18 µs for one 480-placeholder statement where this takes 1 µs (commit 4756dcd).
     pub(super) fn rows(&mut self, rows: usize, cols: usize) -> String {
         let mut out = String::with_capacity(rows * (cols * self.width() + 4));
         for r in 0..rows {
