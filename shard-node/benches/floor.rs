@@ -39,7 +39,7 @@ use uuid::Uuid;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
-// Only `env_num` and `loadavg` are used here; the rest serves fire.rs and scale.rs.
+// Only `env_num`, `loadavg` and `runtime` are used here; the rest serves fire.rs and scale.rs.
 #[allow(dead_code)]
 mod common;
 use common::{env_num, loadavg};
@@ -57,10 +57,7 @@ fn body() -> String {
 }
 
 fn main() -> Res<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(run())
+    common::runtime()?.block_on(run())
 }
 
 async fn run() -> Res<()> {
