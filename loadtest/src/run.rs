@@ -218,17 +218,20 @@ async fn drive(
     };
     // Read before anything of this run reaches the platform: the views are what it gained.
     let metrics_before = api.metrics().await;
+    // Watched from here on: this process and any named with `--pid`, beside the platform's.
+    if let Ok(mut w) = platform.watched.lock() {
+        w.push(("chronoshard-loadtest".into(), std::process::id()));
+        w.extend(args.common.pids.iter().cloned());
+    }
     if args.common.raw {
         ctx.phase("raw ceiling");
         // The processes whose CPU a raw round trip costs: this one (it runs the raw publisher
         // and consumers) and the nats-server, with the platform idle beside them.
-        let mut watched = platform
+        let watched = platform
             .watched
             .lock()
             .map(|w| w.clone())
             .unwrap_or_default();
-        watched.push(("chronoshard-loadtest".into(), std::process::id()));
-        watched.extend(args.common.pids.iter().cloned());
         report.raw = Some(
             measure_raw(
                 &platform.nats_url,
@@ -281,10 +284,6 @@ async fn drive(
             )
         }
     };
-    if let Ok(mut w) = platform.watched.lock() {
-        w.push(("chronoshard-loadtest".into(), std::process::id()));
-        w.extend(args.common.pids.iter().cloned());
-    }
     let sampler = procs::spawn_sampler(platform.watched.clone(), stop_probes.clone());
 
     // The jobs: due only once every one of them can exist.

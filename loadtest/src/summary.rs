@@ -131,7 +131,7 @@ pub fn end_to_end(r: &Records, cpu: &[CpuSeries]) -> Option<Throughput> {
 }
 
 /// CPU per unit of work of each process whose samples cover `from_us..to_us`.
-pub fn cpu_per_unit(cpu: &[CpuSeries], from_us: i64, to_us: i64, units: u64) -> Vec<CpuPerUnit> {
+fn cpu_per_unit(cpu: &[CpuSeries], from_us: i64, to_us: i64, units: u64) -> Vec<CpuPerUnit> {
     if units == 0 {
         return Vec::new();
     }
@@ -435,7 +435,7 @@ mod tests {
             points,
         };
         let cpu = [
-            // 50 ticks before the window, 100 in it (0.1 s per 100 ms), 80 after.
+            // 50 ticks before the window, 200 in it (2 s of CPU for the one job), 80 after.
             series(
                 "busy",
                 vec![(0, 0), (1_000_000, 50), (3_000_000, 250), (4_000_000, 330)],
