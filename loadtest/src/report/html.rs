@@ -97,6 +97,7 @@ fn header(o: &mut String, r: &Report) -> Result {
         ("memory", memory),
         ("kernel", esc(&m.kernel)),
         ("load average (1 min), start → end", load),
+        ("a thread wake-up round trip", esc(&m.wake.describe())),
     ];
     let platform = [
         ("platform url", esc(&p.url)),

@@ -68,6 +68,53 @@ pub struct Machine {
     /// 1-minute load average at the start and at the end of the run.
     pub load_start: f64,
     pub load_end: f64,
+    /// What a wake-up costs on this machine, measured at the start of the run.
+    #[serde(default)]
+    pub wake: WakeCost,
+}
+
+/// What a wake-up costs: round trips between two threads that each sleep until the other wakes
+/// it (two wake-ups each), as every hand-off between the platform's threads and processes is.
+/// When jobs come one at a time, a job's CPU is mostly such hand-offs, so this sets how much a
+/// platform can do per core at low and middling rates. It differs by an order of magnitude
+/// between machines, and on one machine between a wake-up that reaches an idle core and one
+/// that is a switch on a busy core.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct WakeCost {
+    /// The threads on two cores: each wake-up reaches a core that sleeps. None on one core.
+    pub cross_core: Option<RoundTrip>,
+    /// Both threads on one core: each wake-up is a switch on that core.
+    pub same_core: Option<RoundTrip>,
+}
+
+impl WakeCost {
+    /// "68.2 µs CPU (91.0 µs) across two cores, 3.9 µs CPU (4.1 µs) on one": each round
+    /// trip's CPU, and its wall time in brackets.
+    pub fn describe(&self) -> String {
+        let part = |t: &Option<RoundTrip>, on: &str| {
+            t.map(|t| format!("{:.1} µs CPU ({:.1} µs) {on}", t.cpu_us, t.wall_us))
+        };
+        let parts: Vec<String> = [
+            part(&self.cross_core, "across two cores"),
+            part(&self.same_core, "on one"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        match parts.is_empty() {
+            true => "not measured".into(),
+            false => parts.join(", "),
+        }
+    }
+}
+
+/// One round trip, medians of the batches.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct RoundTrip {
+    /// CPU of both threads (µs).
+    pub cpu_us: f64,
+    /// Wall time (µs).
+    pub wall_us: f64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]

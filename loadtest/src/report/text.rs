@@ -51,9 +51,13 @@ pub fn cpu_line(v: &[CpuPerUnit]) -> Option<String> {
 
 pub fn summary(r: &Report, dir: &Path) -> String {
     let mut s = String::new();
+    let wake = match r.machine.wake.describe().as_str() {
+        "not measured" => String::new(),
+        w => format!(", a thread wake-up round trip {w}"),
+    };
     let _ = writeln!(
         s,
-        "{} run {} ({} cpus, load {:.1} → {:.1})",
+        "{} run {} ({} cpus{wake}, load {:.1} → {:.1})",
         r.scenario, r.run_id, r.machine.cpus, r.machine.load_start, r.machine.load_end
     );
     if !r.platform.chronoshard_version.is_empty() {
@@ -175,6 +179,7 @@ pub fn lost_or_doubled(r: &Report) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::{RoundTrip, WakeCost};
 
     #[test]
     fn cpu_line_puts_the_total_first_and_the_largest_process_next() {
@@ -187,6 +192,34 @@ mod tests {
         assert_eq!(
             cpu_line(&[c("worker", 34.4), c("dev", 116.2), c("nats-server", 54.0)]).unwrap(),
             "205 µs (dev 116 · nats-server 54 · worker 34)"
+        );
+    }
+
+    #[test]
+    fn summary_states_the_wake_up_cost_when_it_was_measured() {
+        let mut r = Report {
+            scenario: "spread".into(),
+            run_id: "r1".into(),
+            ..Default::default()
+        };
+        r.machine.cpus = 2;
+        let first = |r: &Report| {
+            summary(r, Path::new("out"))
+                .lines()
+                .next()
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(first(&r), "spread run r1 (2 cpus, load 0.0 → 0.0)");
+        let trip = |cpu_us, wall_us| Some(RoundTrip { cpu_us, wall_us });
+        r.machine.wake = WakeCost {
+            cross_core: trip(68.24, 91.0),
+            same_core: trip(3.9, 4.06),
+        };
+        assert_eq!(
+            first(&r),
+            "spread run r1 (2 cpus, a thread wake-up round trip 68.2 µs CPU (91.0 µs) across two \
+             cores, 3.9 µs CPU (4.1 µs) on one, load 0.0 → 0.0)"
         );
     }
 }

@@ -27,6 +27,9 @@ fn full() -> Report {
         machine: Machine {
             hostname: "box".into(), cpus: 8, cpu_model: "Some CPU".into(),
             memory_bytes: 16 << 30, kernel: "6.1".into(), load_start: 0.5, load_end: 3.25,
+            wake: WakeCost {
+                cross_core: Some(RoundTrip { cpu_us: 68.26, wall_us: 91.0 }), same_core: None,
+            },
         },
         platform: PlatformInfo {
             url: "http://127.0.0.1:8080".into(), nats_url: "nats://127.0.0.1:4222".into(),
@@ -137,6 +140,7 @@ fn full_report_has_every_section_and_escapes_strings() {
         "<th>… without a worker death</th><td><span class=\"bad\">2</span>",
         ">90.5 s<",
         ">16.0 GiB<",
+        "<th>a thread wake-up round trip</th><td>68.3 µs CPU (91.0 µs) across two cores</td>",
         ">64.0<",
         "<h3>The platform's own histograms (its /metrics, over this run)</h3>",
         ": 1000 · 50.0% ≤ 1 ms · 99.0% ≤ 3 ms · 99.5% ≤ 10 ms · p99 in (1, 3] ms · p99.9 &gt; 10 ms</li>",
@@ -157,6 +161,7 @@ fn full_report_has_every_section_and_escapes_strings() {
 fn default_report_renders_no_data() {
     let html = render(&Report::default());
     assert!(html.contains("no data"));
+    assert!(html.contains("<th>a thread wake-up round trip</th><td>not measured</td>"));
     assert!(!html.contains("<svg"));
     assert!(html.ends_with("</html>\n"));
 }
