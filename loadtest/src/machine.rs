@@ -1,5 +1,5 @@
 //! The machine a run measured on, from `/proc` (Linux), and what a wake-up costs on it: the
-//! report states both beside every figure.
+//! report states both beside every figure. It owns these measurements and nothing of the run.
 
 use std::{sync::mpsc, time::Instant};
 
@@ -9,10 +9,7 @@ use nix::{
     unistd::Pid,
 };
 
-use crate::{
-    report::{Machine, RoundTrip, WakeCost},
-    stats::Samples,
-};
+use crate::report::{Machine, RoundTrip, WakeCost};
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
@@ -52,13 +49,33 @@ pub fn describe() -> Machine {
         kernel: read("/proc/sys/kernel/osrelease").trim().to_string(),
         load_start: load(),
         load_end: 0.0,
-        wake: wake_cost(WAKE_BATCHES, WAKE_ROUND_TRIPS),
+        wake: WakeCost::default(),
     }
 }
 
+/// `describe`, with the wake-up cost measured on threads of their own (it takes a few tenths of
+/// a second, which must not hold a runtime thread), and a warning when it could not be.
+pub async fn measured() -> (Machine, Option<String>) {
+    let mut m = describe();
+    m.wake = tokio::task::spawn_blocking(|| wake_cost(WAKE_BATCHES, WAKE_ROUND_TRIPS))
+        .await
+        .unwrap_or_default();
+    let warning = not_measured(&m.wake);
+    (m, warning)
+}
+
+/// The report's warning for a wake-up cost of which no part was measured.
+fn not_measured(w: &WakeCost) -> Option<String> {
+    w.describe().is_none().then(|| {
+        "what a wake-up costs was not measured: its threads could not be started or pinned to \
+         a CPU"
+            .to_string()
+    })
+}
+
 /// Batches of `WAKE_ROUND_TRIPS`: the median batch is reported, so a burst of other load on a
-/// shared machine moves one batch, not the figure. 2 × 2,000 round trips take 0.4 s where one
-/// costs 100 µs.
+/// shared machine moves one batch, not the figure. 2 × 2,000 round trips take 0.2–0.4 s where
+/// one costs 50–100 µs.
 const WAKE_BATCHES: usize = 5;
 const WAKE_ROUND_TRIPS: u32 = 400;
 
@@ -78,14 +95,20 @@ fn pin(cpu: usize) -> Option<()> {
     sched_setaffinity(Pid::from_raw(0), &set).ok()
 }
 
-/// Measures `WakeCost` on the first two cores this process may run on (one: `cross_core` is
-/// None). A part is None when its threads cannot be started or pinned.
-pub fn wake_cost(batches: usize, round_trips: u32) -> WakeCost {
+/// The first two CPUs this process may run on (its affinity mask, not a cgroup's CPU quota:
+/// threads can be pinned to a CPU the quota would share out).
+pub fn first_two_cpus() -> Vec<usize> {
     let allowed = sched_getaffinity(Pid::from_raw(0)).ok();
-    let cpus: Vec<usize> = (0..CpuSet::count())
+    (0..CpuSet::count())
         .filter(|&c| allowed.is_some_and(|a| a.is_set(c).unwrap_or(false)))
         .take(2)
-        .collect();
+        .collect()
+}
+
+/// Measures `WakeCost` on `first_two_cpus` (one: `cross_core` is None). A part is None when its
+/// threads cannot be started or pinned.
+pub fn wake_cost(batches: usize, round_trips: u32) -> WakeCost {
+    let cpus = first_two_cpus();
     let trips = |a: usize, b: usize| round_trips_between(a, b, batches, round_trips);
     match cpus[..] {
         [a, b] => WakeCost {
@@ -140,8 +163,8 @@ fn round_trips_between(mine: usize, echo: usize, batches: usize, n: u32) -> Opti
             for i in 0..50 {
                 trip(i)?;
             }
-            // Samples' quantiles do not care about the unit: these are ns per round trip.
-            let (mut cpu, mut wall) = (Samples::new(), Samples::new());
+            // ns per round trip, one of each per batch.
+            let (mut cpu, mut wall) = (Vec::new(), Vec::new());
             for _ in 0..batches {
                 let (echo0, mine0, t0) = (echo_cpu()?, thread_cpu_ns()?, Instant::now());
                 for i in 0..n {
@@ -152,8 +175,8 @@ fn round_trips_between(mine: usize, echo: usize, batches: usize, n: u32) -> Opti
                 wall.push(elapsed.as_nanos() as i64 / i64::from(n));
             }
             Some(RoundTrip {
-                cpu_us: cpu.quantile_us(0.5)? as f64 / 1000.0,
-                wall_us: wall.quantile_us(0.5)? as f64 / 1000.0,
+                cpu_us: median(cpu)? as f64 / 1000.0,
+                wall_us: median(wall)? as f64 / 1000.0,
             })
         })
         .ok()?;
@@ -161,6 +184,12 @@ fn round_trips_between(mine: usize, echo: usize, batches: usize, n: u32) -> Opti
     let measured = measure.join().ok()?;
     let _ = echo.join();
     measured
+}
+
+/// The middle value (the upper one of an even count).
+fn median(mut v: Vec<i64>) -> Option<i64> {
+    v.sort_unstable();
+    v.get(v.len() / 2).copied()
 }
 
 #[cfg(test)]
@@ -173,16 +202,40 @@ mod tests {
 
     #[test]
     fn a_wake_up_costs_cpu_and_time_on_one_core_and_across_two() {
+        let mask = || nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap();
+        let before = mask();
         let w = super::wake_cost(3, 50);
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        assert_eq!(w.cross_core.is_some(), cores >= 2, "{w:?}");
+        assert_eq!(mask(), before, "the caller's affinity is left alone");
+        let cpus = super::first_two_cpus().len();
+        assert_eq!(w.cross_core.is_some(), cpus >= 2, "{w:?}");
+        assert!(w.same_core.is_some(), "{w:?}");
         for t in [w.same_core, w.cross_core].into_iter().flatten() {
-            // Two wake-ups and four channel operations cannot be free, and two threads that
-            // take turns cannot use more CPU than twice the wall time (the readings between
-            // batches fall outside both; 1 µs covers the one extra wake-up they add).
+            // Two wake-ups and four channel operations cannot be free. Two threads that take
+            // turns use at most twice the wall time, plus the echo's one extra wake-up per
+            // batch (the CPU reading), which 1 µs covers at these sizes.
             assert!(t.cpu_us > 0.0 && t.wall_us > 0.0, "{w:?}");
             assert!(t.cpu_us <= 2.0 * t.wall_us + 1.0, "{w:?}");
         }
-        assert!(w.same_core.is_some(), "{w:?}");
+    }
+
+    #[test]
+    fn a_wake_up_cost_not_measured_is_a_warning() {
+        let none = super::WakeCost::default();
+        assert!(super::not_measured(&none).unwrap().contains("not measured"));
+        let one = super::WakeCost {
+            same_core: Some(super::RoundTrip {
+                cpu_us: 4.0,
+                wall_us: 4.0,
+            }),
+            ..none
+        };
+        assert_eq!(super::not_measured(&one), None);
+    }
+
+    #[test]
+    fn the_median_is_the_middle_value() {
+        assert_eq!(super::median(vec![]), None);
+        assert_eq!(super::median(vec![9, 1, 5]), Some(5));
+        assert_eq!(super::median(vec![4, 1, 3, 2]), Some(3));
     }
 }

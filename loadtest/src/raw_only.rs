@@ -24,9 +24,11 @@ pub async fn run(args: RawArgs) -> anyhow::Result<(Report, PathBuf)> {
         scenario: "raw".into(),
         params: serde_json::json!({"count": args.count, "rate": args.rate, "window": args.window}),
         started_at: Utc::now(),
-        machine: machine::describe(),
         ..Default::default()
     };
+    let (machine, wake_warning) = machine::measured().await;
+    report.machine = machine;
+    report.warnings.extend(wake_warning);
     let mut own = None;
     let nats_url = match &args.nats {
         Some(url) => url.clone(),

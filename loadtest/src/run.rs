@@ -79,13 +79,16 @@ pub async fn run(kind: Kind, args: RunArgs) -> anyhow::Result<(Report, PathBuf)>
         events: Vec::new(),
         warnings: Vec::new(),
     };
+    let started_at = Utc::now();
+    let (machine, wake_warning) = machine::measured().await;
+    ctx.warnings.extend(wake_warning);
     let mut report = Report {
         version: report::VERSION,
         run_id: run_id.clone(),
         scenario: kind.name().into(),
         params: serde_json::to_value(&settings)?,
-        started_at: Utc::now(),
-        machine: machine::describe(),
+        started_at,
+        machine,
         ..Default::default()
     };
     eprintln!("run {run_id}: {} {}", kind.name(), report.params);

@@ -97,7 +97,10 @@ fn header(o: &mut String, r: &Report) -> Result {
         ("memory", memory),
         ("kernel", esc(&m.kernel)),
         ("load average (1 min), start → end", load),
-        ("a thread wake-up round trip", esc(&m.wake.describe())),
+        (
+            "a thread wake-up round trip",
+            esc(&m.wake.describe().unwrap_or_else(|| "not measured".into())),
+        ),
     ];
     let platform = [
         ("platform url", esc(&p.url)),

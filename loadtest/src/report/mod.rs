@@ -75,36 +75,35 @@ pub struct Machine {
 
 /// What a wake-up costs: round trips between two threads that each sleep until the other wakes
 /// it (two wake-ups each), as every hand-off between the platform's threads and processes is.
-/// When jobs come one at a time, a job's CPU is mostly such hand-offs, so this sets how much a
-/// platform can do per core at low and middling rates. It differs by an order of magnitude
-/// between machines, and on one machine between a wake-up that reaches an idle core and one
-/// that is a switch on a busy core.
+/// When jobs come one at a time a job crosses threads dozens of times, so this is a large part
+/// of what a job costs at low and middling rates, and it says how far CPU figures measured on
+/// one machine carry to another. On one machine it differs between a wake-up that reaches a
+/// sleeping core and one that is a switch on a single core: 43–60 against 3.6–5.4 µs of CPU per
+/// round trip on the VM of BENCHMARKS.md.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct WakeCost {
-    /// The threads on two cores: each wake-up reaches a core that sleeps. None on one core.
+    /// The threads on two CPUs: each wake-up reaches a CPU that sleeps. None (`null`) with one
+    /// CPU.
     pub cross_core: Option<RoundTrip>,
     /// Both threads on one core: each wake-up is a switch on that core.
     pub same_core: Option<RoundTrip>,
 }
 
 impl WakeCost {
-    /// "68.2 µs CPU (91.0 µs) across two cores, 3.9 µs CPU (4.1 µs) on one": each round
-    /// trip's CPU, and its wall time in brackets.
-    pub fn describe(&self) -> String {
+    /// "68.2 µs CPU (91.0 µs wall) across two cores, 3.9 µs CPU (4.1 µs wall) on one core"
+    /// (per round trip); None when neither part was measured.
+    pub fn describe(&self) -> Option<String> {
         let part = |t: &Option<RoundTrip>, on: &str| {
-            t.map(|t| format!("{:.1} µs CPU ({:.1} µs) {on}", t.cpu_us, t.wall_us))
+            t.map(|t| format!("{:.1} µs CPU ({:.1} µs wall) {on}", t.cpu_us, t.wall_us))
         };
         let parts: Vec<String> = [
             part(&self.cross_core, "across two cores"),
-            part(&self.same_core, "on one"),
+            part(&self.same_core, "on one core"),
         ]
         .into_iter()
         .flatten()
         .collect();
-        match parts.is_empty() {
-            true => "not measured".into(),
-            false => parts.join(", "),
-        }
+        (!parts.is_empty()).then(|| parts.join(", "))
     }
 }
 

@@ -51,10 +51,9 @@ pub fn cpu_line(v: &[CpuPerUnit]) -> Option<String> {
 
 pub fn summary(r: &Report, dir: &Path) -> String {
     let mut s = String::new();
-    let wake = match r.machine.wake.describe().as_str() {
-        "not measured" => String::new(),
-        w => format!(", a thread wake-up round trip {w}"),
-    };
+    let wake = r.machine.wake.describe().map_or(String::new(), |w| {
+        format!(", a thread wake-up round trip {w}")
+    });
     let _ = writeln!(
         s,
         "{} run {} ({} cpus{wake}, load {:.1} → {:.1})",
@@ -218,8 +217,14 @@ mod tests {
         };
         assert_eq!(
             first(&r),
-            "spread run r1 (2 cpus, a thread wake-up round trip 68.2 µs CPU (91.0 µs) across two \
-             cores, 3.9 µs CPU (4.1 µs) on one, load 0.0 → 0.0)"
+            "spread run r1 (2 cpus, a thread wake-up round trip 68.2 µs CPU (91.0 µs wall) \
+             across two cores, 3.9 µs CPU (4.1 µs wall) on one core, load 0.0 → 0.0)"
+        );
+        r.machine.wake.cross_core = None;
+        assert_eq!(
+            first(&r),
+            "spread run r1 (2 cpus, a thread wake-up round trip 3.9 µs CPU (4.1 µs wall) on one \
+             core, load 0.0 → 0.0)"
         );
     }
 }

@@ -140,7 +140,7 @@ fn full_report_has_every_section_and_escapes_strings() {
         "<th>… without a worker death</th><td><span class=\"bad\">2</span>",
         ">90.5 s<",
         ">16.0 GiB<",
-        "<th>a thread wake-up round trip</th><td>68.3 µs CPU (91.0 µs) across two cores</td>",
+        "<th>a thread wake-up round trip</th><td>68.3 µs CPU (91.0 µs wall) across two cores</td>",
         ">64.0<",
         "<h3>The platform's own histograms (its /metrics, over this run)</h3>",
         ": 1000 · 50.0% ≤ 1 ms · 99.0% ≤ 3 ms · 99.5% ≤ 10 ms · p99 in (1, 3] ms · p99.9 &gt; 10 ms</li>",
