@@ -6,9 +6,9 @@ use std::collections::HashSet;
 use uuid::Uuid;
 
 use crate::{
-    probe::procs::CpuSeries,
     probe::{
         nats::{Completed, Fired},
+        procs::CpuSeries,
         Start,
     },
     report::{
