@@ -17,7 +17,7 @@ use chrono_tz::{GapInfo, Tz};
 
 use crate::field::{parse_field, FieldKind};
 use crate::search::Fields;
-use crate::Error;
+use crate::{CronField, Error};
 
 /// How many years past `after` the search looks before concluding that nothing fires.
 ///
@@ -46,37 +46,13 @@ impl Cron {
     pub fn parse(expr: &str, timezone: &str) -> Result<Cron, Error> {
         let tz = parse_timezone(timezone)?;
         let parts: Vec<&str> = expr.split_ascii_whitespace().collect();
-        let (second, rest) = match parts.len() {
-            5 => ("0", &parts[..]),
-            6 => (parts[0], &parts[1..]),
-            n => {
-                return Err(Error::InvalidCron(format!(
-                    "expected 5 fields (minute hour day-of-month month day-of-week) \
-                     or 6 (with leading second), got {n}"
-                )))
-            }
-        };
-        let seconds = parse_field(FieldKind::Second, second)?;
-        let minutes = parse_field(FieldKind::Minute, rest[0])?;
-        let hours = parse_field(FieldKind::Hour, rest[1])?;
-        let dom = parse_field(FieldKind::DayOfMonth, rest[2])?;
-        let months = parse_field(FieldKind::Month, rest[3])?;
-        let dow = parse_field(FieldKind::DayOfWeek, rest[4])?;
-        let fields = Fields {
-            seconds: seconds.bits,
-            minutes: minutes.bits,
-            hours: hours.bits,
-            days_of_month: dom.bits,
-            months: months.bits,
-            days_of_week: dow.bits,
-            day_or: !dom.star && !dow.star,
-        };
+        let (fields, single_hour) = parse_fields(&parts)?;
         Ok(Cron {
             expression: parts.join(" "),
             tz,
             never: fields.never_matches(),
             fields,
-            single_hour: hours.single,
+            single_hour,
         })
     }
 
@@ -224,6 +200,48 @@ impl Cron {
         }
         DateTime::from_timestamp(hi, 0).unwrap_or(DateTime::<Utc>::MAX_UTC)
     }
+}
+
+/// The fields of a 5- or 6-field expression, and whether its hour is a single value.
+fn parse_fields(parts: &[&str]) -> Result<(Fields, bool), Error> {
+    let (second, rest) = match parts {
+        [minute, hour, dom, month, dow] => ("0", [*minute, *hour, *dom, *month, *dow]),
+        [second, minute, hour, dom, month, dow] => (*second, [*minute, *hour, *dom, *month, *dow]),
+        [_, _, _, _, _, _, _] => {
+            return Err(Error::InvalidCron {
+                field: Some(CronField::Year),
+                reason: "7 fields: a year field (as in Quartz) is not supported; \
+                         use 5 fields, or 6 with leading seconds"
+                    .into(),
+            })
+        }
+        _ => {
+            return Err(Error::InvalidCron {
+                field: None,
+                reason: format!(
+                    "expected 5 fields (minute hour day-of-month month day-of-week) \
+                     or 6 (with leading second), got {}",
+                    parts.len()
+                ),
+            })
+        }
+    };
+    let seconds = parse_field(FieldKind::Second, second)?;
+    let minutes = parse_field(FieldKind::Minute, rest[0])?;
+    let hours = parse_field(FieldKind::Hour, rest[1])?;
+    let dom = parse_field(FieldKind::DayOfMonth, rest[2])?;
+    let months = parse_field(FieldKind::Month, rest[3])?;
+    let dow = parse_field(FieldKind::DayOfWeek, rest[4])?;
+    let fields = Fields {
+        seconds: seconds.bits,
+        minutes: minutes.bits,
+        hours: hours.bits,
+        days_of_month: dom.bits,
+        months: months.bits,
+        days_of_week: dow.bits,
+        day_or: !dom.star && !dow.star,
+    };
+    Ok((fields, hours.single))
 }
 
 /// `""` and `"UTC"` are UTC; anything else must be an IANA name chrono-tz knows.

@@ -4,7 +4,7 @@
 //! error messages that name the offending field. It knows nothing about dates, time zones or how
 //! the fields combine (that is `search` and `cron`).
 
-use crate::Error;
+use crate::{CronField, Error};
 
 /// Which of the six cron fields is being parsed; fixes its range, names and special rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,15 +23,15 @@ const MONTH_NAMES: [&str; 12] = [
 const DAY_NAMES: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
 
 impl FieldKind {
-    /// Name used in error messages, so a user can tell which of five or six fields is wrong.
-    pub(crate) fn name(self) -> &'static str {
+    /// The field as errors name it, so a user can tell which of five or six fields is wrong.
+    fn field(self) -> CronField {
         match self {
-            FieldKind::Second => "second",
-            FieldKind::Minute => "minute",
-            FieldKind::Hour => "hour",
-            FieldKind::DayOfMonth => "day-of-month",
-            FieldKind::Month => "month",
-            FieldKind::DayOfWeek => "day-of-week",
+            FieldKind::Second => CronField::Second,
+            FieldKind::Minute => CronField::Minute,
+            FieldKind::Hour => CronField::Hour,
+            FieldKind::DayOfMonth => CronField::DayOfMonth,
+            FieldKind::Month => CronField::Month,
+            FieldKind::DayOfWeek => CronField::DayOfWeek,
         }
     }
 
@@ -78,7 +78,10 @@ pub(crate) struct Field {
 }
 
 fn err(kind: FieldKind, msg: impl std::fmt::Display) -> Error {
-    Error::InvalidCron(format!("{}: {msg}", kind.name()))
+    Error::InvalidCron {
+        field: Some(kind.field()),
+        reason: msg.to_string(),
+    }
 }
 
 /// Parses the text of one field.
@@ -224,10 +227,14 @@ mod tests {
         (0..64).filter(|v| f.bits & (1 << v) != 0).collect()
     }
 
+    /// The message of a rejection, which must name `kind` as the field at fault.
     fn msg(kind: FieldKind, text: &str) -> String {
         match parse_field(kind, text) {
-            Err(Error::InvalidCron(m)) => m,
-            other => panic!("expected InvalidCron for {text:?}, got {other:?}"),
+            Err(Error::InvalidCron {
+                field: Some(field),
+                reason,
+            }) if field == kind.field() => format!("{field}: {reason}"),
+            other => panic!("expected InvalidCron for {kind:?} {text:?}, got {other:?}"),
         }
     }
 

@@ -57,17 +57,63 @@ mod search;
 pub use chrono::{DateTime, Utc};
 pub use cron::Cron;
 
+/// A field of a cron expression, as [`Error::InvalidCron`] names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CronField {
+    Second,
+    Minute,
+    Hour,
+    DayOfMonth,
+    Month,
+    DayOfWeek,
+    /// A seventh field, Quartz's optional year: always refused.
+    Year,
+}
+
+impl CronField {
+    /// The name messages use: `second`, `minute`, `hour`, `day-of-month`, `month`,
+    /// `day-of-week`, `year`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CronField::Second => "second",
+            CronField::Minute => "minute",
+            CronField::Hour => "hour",
+            CronField::DayOfMonth => "day-of-month",
+            CronField::Month => "month",
+            CronField::DayOfWeek => "day-of-week",
+            CronField::Year => "year",
+        }
+    }
+}
+
+impl std::fmt::Display for CronField {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Why a schedule could not be built. Messages are meant for API users (400 responses).
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 pub enum Error {
-    /// The message names the field (or the field count) and why, e.g.
-    /// `hour: value 24 out of range 0-23`.
-    #[error("invalid cron expression: {0}")]
-    InvalidCron(String),
+    /// The expression is invalid. `field` is the field at fault, and the message starts with its
+    /// name (`hour: value 24 out of range 0-23`); it is `None` only when the expression as a
+    /// whole is wrong: a field count other than 5, 6 or 7 (7 is refused as a year field).
+    #[error("invalid cron expression: {}", cron_message(*.field, .reason))]
+    InvalidCron {
+        field: Option<CronField>,
+        reason: String,
+    },
     #[error("unknown time zone {0:?}")]
     UnknownTimeZone(String),
     #[error("invalid interval: {0}")]
     InvalidInterval(String),
+}
+
+fn cron_message(field: Option<CronField>, reason: &str) -> String {
+    match field {
+        Some(field) => format!("{field}: {reason}"),
+        None => reason.to_owned(),
+    }
 }
 
 /// When a job fires.

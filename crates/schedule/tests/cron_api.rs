@@ -1,7 +1,7 @@
 //! Public-API tests: parsing (accepted syntax and every error kind), field semantics observed
 //! through fire times, intervals, one-shots and preview.
 
-use chronoshard_schedule::{Cron, DateTime, Error, Schedule, Utc};
+use chronoshard_schedule::{Cron, CronField, DateTime, Error, Schedule, Utc};
 use std::time::Duration;
 
 fn t(s: &str) -> DateTime<Utc> {
@@ -19,7 +19,15 @@ fn fires(expr: &str, tz: &str, after: &str, count: usize) -> Vec<String> {
 
 fn cron_err(expr: &str) -> String {
     match Cron::parse(expr, "UTC") {
-        Err(e @ Error::InvalidCron(_)) => e.to_string(),
+        Err(e @ Error::InvalidCron { .. }) => e.to_string(),
+        other => panic!("{expr}: expected InvalidCron, got {other:?}"),
+    }
+}
+
+/// The field a rejection of `expr` names.
+fn err_field(expr: &str) -> Option<CronField> {
+    match Cron::parse(expr, "UTC") {
+        Err(Error::InvalidCron { field, .. }) => field,
         other => panic!("{expr}: expected InvalidCron, got {other:?}"),
     }
 }
@@ -55,9 +63,10 @@ fn five_and_six_fields() {
 
 #[test]
 fn wrong_field_count() {
-    for expr in ["", "* * * *", "* * * * * * *", "@daily"] {
+    for expr in ["", "* * * *", "* * * * * * * *", "@daily"] {
         let msg = cron_err(expr);
         assert!(msg.contains("expected 5 fields"), "{expr}: {msg}");
+        assert_eq!(err_field(expr), None, "{expr}");
     }
     assert_eq!(
         cron_err("* * * *"),
@@ -67,31 +76,56 @@ fn wrong_field_count() {
 }
 
 #[test]
+fn year_field_is_refused() {
+    // Quartz's optional seventh field.
+    for expr in ["0 0 12 * * ? 2026", "0 0 12 ? * FRI *"] {
+        assert_eq!(err_field(expr), Some(CronField::Year), "{expr}");
+        let msg = cron_err(expr);
+        assert!(
+            msg.starts_with("invalid cron expression: year: 7 fields"),
+            "{msg}"
+        );
+    }
+}
+
+#[test]
 fn errors_name_field_and_reason() {
+    use CronField::*;
     let cases = [
-        ("0 24 * * *", "hour: value 24 out of range 0-23"),
-        ("60 * * * * *", "second: value 60 out of range 0-59"),
-        ("* * 32 * *", "day-of-month: value 32 out of range 1-31"),
-        ("* * * 0 *", "month: value 0 out of range 1-12"),
-        ("* * * * 8", "day-of-week: value 8 out of range 0-7"),
-        ("30-10 * * * *", "minute: reversed range 30-10"),
-        ("*/0 * * * *", "minute: step 0 (must be at least 1)"),
-        ("* * * JANUARY *", "month: unknown name \"JANUARY\""),
+        ("0 24 * * *", Hour, "hour: value 24 out of range 0-23"),
+        ("60 * * * * *", Second, "second: value 60 out of range 0-59"),
+        (
+            "* * 32 * *",
+            DayOfMonth,
+            "day-of-month: value 32 out of range 1-31",
+        ),
+        ("* * * 0 *", Month, "month: value 0 out of range 1-12"),
+        (
+            "* * * * 8",
+            DayOfWeek,
+            "day-of-week: value 8 out of range 0-7",
+        ),
+        ("30-10 * * * *", Minute, "minute: reversed range 30-10"),
+        ("*/0 * * * *", Minute, "minute: step 0 (must be at least 1)"),
+        ("* * * JANUARY *", Month, "month: unknown name \"JANUARY\""),
         (
             "* * * * MON,,FRI",
+            DayOfWeek,
             "day-of-week: empty list item in \"MON,,FRI\"",
         ),
         (
             "* ? * * *",
+            Hour,
             "hour: `?` is only allowed in day-of-month and day-of-week",
         ),
     ];
-    for (expr, want) in cases {
+    for (expr, field, want) in cases {
         assert_eq!(
             cron_err(expr),
             format!("invalid cron expression: {want}"),
             "{expr}"
         );
+        assert_eq!(err_field(expr), Some(field), "{expr}");
     }
     assert!(cron_err("0 0 L * *").contains("not supported"));
 }
