@@ -239,6 +239,9 @@ fn parse_fields(parts: &[&str]) -> Result<(Fields, bool), Error> {
         days_of_month: dom.bits,
         months: months.bits,
         days_of_week: dow.bits,
+        dom_rules: dom.rules,
+        dow_rules: dow.rules,
+        // A field holding Quartz tokens does not start with `*` or `?`: it is restricted.
         day_or: !dom.star && !dow.star,
     };
     Ok((fields, hours.single))

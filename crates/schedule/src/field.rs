@@ -1,9 +1,11 @@
-//! Parsing of one cron field (`*/5`, `1-5,10`, `MON-FRI`, `?`) into a bitset.
+//! Parsing of one cron field (`*/5`, `1-5,10`, `MON-FRI`, `?`, and the Quartz day tokens `L`,
+//! `L-3`, `15W`, `LW`, `5L`, `FRI#2`) into a bitset plus [`DayRules`].
 //!
 //! This module owns the per-field grammar, the value ranges and names of the six fields, and the
 //! error messages that name the offending field. It knows nothing about dates, time zones or how
-//! the fields combine (that is `search` and `cron`).
+//! the fields combine (that is `days`, `search` and `cron`).
 
+use crate::days::{DayRules, MAX_LAST_OFFSET};
 use crate::{CronField, Error};
 
 /// Which of the six cron fields is being parsed; fixes its range, names and special rules.
@@ -75,6 +77,8 @@ pub(crate) struct Field {
     /// The field is one plain value (`2`, `FEB`): no list, range, step or wildcard. The DST gap
     /// and overlap rules for the hour field depend on this syntactic property.
     pub(crate) single: bool,
+    /// The Quartz tokens among the list items (day-of-month and day-of-week only).
+    pub(crate) rules: DayRules,
 }
 
 fn err(kind: FieldKind, msg: impl std::fmt::Display) -> Error {
@@ -98,6 +102,7 @@ pub(crate) fn parse_field(kind: FieldKind, text: &str) -> Result<Field, Error> {
                     bits: fold_sunday(kind, range_bits(lo, hi, 1)),
                     star: true,
                     single: false,
+                    rules: DayRules::default(),
                 })
             }
             _ => Err(err(
@@ -107,18 +112,121 @@ pub(crate) fn parse_field(kind: FieldKind, text: &str) -> Result<Field, Error> {
         };
     }
     let mut bits = 0u64;
+    let mut rules = DayRules::default();
     for item in text.split(',') {
         if item.is_empty() {
             return Err(err(kind, format!("empty list item in {text:?}")));
         }
-        bits |= parse_item(kind, item)?;
+        // A list is a union: Quartz tokens and plain items mix freely (`L,15`, `1#1,3#3`).
+        match day_token(kind, item) {
+            Some(token) => rules = rules.union(token?),
+            None => bits |= parse_item(kind, item)?,
+        }
     }
     let single = !text.contains([',', '-', '/', '*']);
     Ok(Field {
         bits: fold_sunday(kind, bits),
         star: text.starts_with('*'),
         single,
+        rules,
     })
+}
+
+/// A day-of-month or day-of-week list item that is a Quartz token, parsed; `None` when the item
+/// is plain syntax (or in another field), to be parsed by [`parse_item`].
+fn day_token(kind: FieldKind, item: &str) -> Option<Result<DayRules, Error>> {
+    let upper = item.to_ascii_uppercase();
+    match kind {
+        FieldKind::DayOfMonth if upper.starts_with('L') || upper.ends_with('W') => {
+            Some(day_of_month_token(&upper).map_err(|why| err(kind, format!("{item:?}: {why}"))))
+        }
+        FieldKind::DayOfWeek if upper.contains('#') => Some(nth_weekday_token(&upper, item)),
+        // `L` alone is Quartz's Saturday and an error in Spring: refuse it rather than guess.
+        FieldKind::DayOfWeek if upper == "L" => Some(Err(err(
+            kind,
+            "`L` alone is ambiguous (Quartz reads it as Saturday); write SAT for every \
+             Saturday or 6L for the last one",
+        ))),
+        FieldKind::DayOfWeek => upper
+            .strip_suffix('L')
+            .map(|stem| Ok(DayRules::last_of_week(one_weekday(stem, "L", "5L")?))),
+        _ => None,
+    }
+}
+
+/// `L`, `L-n`, `LW`, `L-nW` or `nW` (upper case); the error is the reason only.
+fn day_of_month_token(token: &str) -> Result<DayRules, String> {
+    const EXPECTED: &str = "expected L, L-n, LW, L-nW or nW (n a number)";
+    if let Some(rest) = token.strip_prefix('L') {
+        let (offset, nearest) = match rest.strip_suffix('W') {
+            Some(offset) => (offset, true),
+            None => (rest, false),
+        };
+        let n = match offset.strip_prefix('-') {
+            None if offset.is_empty() => 0,
+            None => return Err(EXPECTED.into()),
+            Some(n) => match small_number(n) {
+                Some(n) if n <= MAX_LAST_OFFSET => n,
+                _ if is_digits(n) => {
+                    return Err(format!(
+                        "offset from the last day is at most {MAX_LAST_OFFSET}"
+                    ))
+                }
+                _ => return Err(EXPECTED.into()),
+            },
+        };
+        return Ok(if nearest {
+            DayRules::last_nearest(n)
+        } else {
+            DayRules::last(n)
+        });
+    }
+    let day = token.strip_suffix('W').unwrap_or(token);
+    match small_number(day) {
+        Some(d) if (1..=31).contains(&d) => Ok(DayRules::nearest(d)),
+        _ if is_digits(day) => Err("W needs a day in 1-31".into()),
+        _ if day.is_empty() => Err("W needs a day before it, as in 15W".into()),
+        _ => Err(format!("W applies to one day, as in 15W; {EXPECTED}")),
+    }
+}
+
+/// `w#k` (upper-cased in `upper`, as written in `item`): the k-th weekday w of the month.
+fn nth_weekday_token(upper: &str, item: &str) -> Result<DayRules, Error> {
+    let kind = FieldKind::DayOfWeek;
+    let (day, k) = upper.split_once('#').unwrap_or((upper, ""));
+    let weekday = one_weekday(day, "#", "5#2")?;
+    match small_number(k) {
+        Some(k) if (1..=5).contains(&k) => Ok(DayRules::nth(weekday, k)),
+        _ => Err(err(
+            kind,
+            format!("{item:?}: # must be followed by 1 to 5 (which occurrence in the month)"),
+        )),
+    }
+}
+
+/// The single weekday (number 0–7 or name) before a day-of-week `L` or `#`, 7 folded onto 0.
+fn one_weekday(stem: &str, token: &str, example: &str) -> Result<u32, Error> {
+    let kind = FieldKind::DayOfWeek;
+    if stem.is_empty() || stem.contains(['-', '/', '*', ',', '?', '#', 'L']) {
+        return Err(err(
+            kind,
+            format!("{token} applies to one weekday, as in {example}, not {stem:?}"),
+        ));
+    }
+    Ok(parse_value(kind, stem, false)? % 7)
+}
+
+fn is_digits(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// A non-empty run of ASCII digits that fits a `u32`.
+fn small_number(text: &str) -> Option<u32> {
+    if is_digits(text) {
+        text.parse().ok()
+    } else {
+        None
+    }
 }
 
 /// Day-of-week 7 is Sunday, like 0; store it only as bit 0 so matching needs no special case.
@@ -202,7 +310,16 @@ fn parse_value(kind: FieldKind, text: &str, range_end: bool) -> Result<u32, Erro
         }
     }
     if is_quartz_special(text) {
-        return Err(err(kind, format!("{text:?}: L, W and # are not supported")));
+        let hint = match kind {
+            FieldKind::DayOfMonth => {
+                "L and W stand only as whole list items (L, L-3, LW, 15W); # is for day-of-week"
+            }
+            FieldKind::DayOfWeek => {
+                "L and # stand only as whole list items (5L, FRIL, 5#2); W is for day-of-month"
+            }
+            _ => "L, W and # are only allowed in day-of-month and day-of-week",
+        };
+        return Err(err(kind, format!("{text:?}: {hint}")));
     }
     if kind.names().is_some() && text.bytes().all(|b| b.is_ascii_alphabetic()) {
         return Err(err(kind, format!("unknown name {text:?}")));
@@ -210,8 +327,8 @@ fn parse_value(kind: FieldKind, text: &str, range_end: bool) -> Result<u32, Erro
     Err(err(kind, format!("invalid value {text:?}")))
 }
 
-/// Quartz/cronie extensions (`L`, `LW`, `15W`, `5L`, `5#3`) get a clearer message than
-/// "invalid value", since users copy them from other schedulers.
+/// Quartz tokens (`L`, `LW`, `15W`, `5L`, `5#3`) in the wrong field or inside a range get a
+/// clearer message than "invalid value", since users copy them from other schedulers.
 fn is_quartz_special(text: &str) -> bool {
     let upper = text.to_ascii_uppercase();
     let stem = upper.trim_end_matches(['L', 'W']);
@@ -236,6 +353,10 @@ mod tests {
             }) if field == kind.field() => format!("{field}: {reason}"),
             other => panic!("expected InvalidCron for {kind:?} {text:?}, got {other:?}"),
         }
+    }
+
+    fn rules(kind: FieldKind, text: &str) -> DayRules {
+        parse_field(kind, text).unwrap().rules
     }
 
     #[test]
@@ -368,10 +489,105 @@ mod tests {
             "minute: missing value in range"
         );
         assert_eq!(msg(FieldKind::Minute, "+5"), "minute: invalid value \"+5\"");
-        assert!(msg(FieldKind::DayOfMonth, "L").contains("not supported"));
-        assert!(msg(FieldKind::DayOfWeek, "5#3").contains("not supported"));
-        assert!(msg(FieldKind::DayOfWeek, "L").contains("not supported"));
-        assert!(msg(FieldKind::DayOfWeek, "5l").contains("not supported"));
-        assert!(msg(FieldKind::DayOfMonth, "15W").contains("not supported"));
+    }
+
+    #[test]
+    fn day_of_month_tokens() {
+        let dom = FieldKind::DayOfMonth;
+        assert_eq!(rules(dom, "L"), DayRules::last(0));
+        assert_eq!(rules(dom, "l"), DayRules::last(0));
+        assert_eq!(rules(dom, "L-3"), DayRules::last(3));
+        assert_eq!(rules(dom, "L-0"), DayRules::last(0));
+        assert_eq!(rules(dom, "L-30"), DayRules::last(30));
+        assert_eq!(rules(dom, "LW"), DayRules::last_nearest(0));
+        assert_eq!(rules(dom, "lw"), DayRules::last_nearest(0));
+        assert_eq!(rules(dom, "L-2W"), DayRules::last_nearest(2));
+        assert_eq!(rules(dom, "15W"), DayRules::nearest(15));
+        assert_eq!(rules(dom, "1w"), DayRules::nearest(1));
+        assert_eq!(rules(dom, "31W"), DayRules::nearest(31));
+        // Lists are unions; plain items keep their bits.
+        let f = parse_field(dom, "L,15,1W").unwrap();
+        assert_eq!(f.rules, DayRules::last(0).union(DayRules::nearest(1)));
+        assert_eq!(f.bits, 1 << 15);
+        assert!(!f.star, "a field of Quartz tokens is restricted");
+        assert!(parse_field(dom, "1-5").unwrap().rules.is_empty());
+    }
+
+    #[test]
+    fn day_of_week_tokens() {
+        let dow = FieldKind::DayOfWeek;
+        assert_eq!(rules(dow, "5L"), DayRules::last_of_week(5));
+        assert_eq!(rules(dow, "FRIL"), DayRules::last_of_week(5));
+        assert_eq!(rules(dow, "fril"), DayRules::last_of_week(5));
+        assert_eq!(rules(dow, "7L"), DayRules::last_of_week(0));
+        assert_eq!(rules(dow, "0L"), DayRules::last_of_week(0));
+        assert_eq!(rules(dow, "5#2"), DayRules::nth(5, 2));
+        assert_eq!(rules(dow, "Fri#2"), DayRules::nth(5, 2));
+        assert_eq!(rules(dow, "7#5"), DayRules::nth(0, 5));
+        let f = parse_field(dow, "1#1,3#3,SATL,MON").unwrap();
+        let want = DayRules::nth(1, 1)
+            .union(DayRules::nth(3, 3))
+            .union(DayRules::last_of_week(6));
+        assert_eq!(f.rules, want);
+        assert_eq!(f.bits, 1 << 1);
+    }
+
+    #[test]
+    fn token_errors_name_the_field() {
+        let (dom, dow) = (FieldKind::DayOfMonth, FieldKind::DayOfWeek);
+        for (text, part) in [
+            ("L-31", "at most 30"),
+            ("L-", "expected L, L-n"),
+            ("L-x", "expected L, L-n"),
+            ("LL", "expected L, L-n"),
+            ("L/2", "expected L, L-n"),
+            ("L-3WW", "expected L, L-n"),
+            ("W", "needs a day before it"),
+            ("0W", "day in 1-31"),
+            ("32W", "day in 1-31"),
+            ("99999999999W", "day in 1-31"),
+            ("1-5W", "one day"),
+            ("*/2W", "one day"),
+            ("5L", "whole list items"),
+            ("1-L", "whole list items"),
+            ("5#2", "# is for day-of-week"),
+        ] {
+            let m = msg(dom, text);
+            assert!(m.starts_with("day-of-month: "), "{text}: {m}");
+            assert!(m.contains(part), "{text}: {m}");
+        }
+        for (text, part) in [
+            ("L", "ambiguous"),
+            ("l", "ambiguous"),
+            ("8L", "out of range 0-7"),
+            ("1-5L", "one weekday"),
+            ("*L", "one weekday"),
+            ("LL", "one weekday"),
+            ("#2", "one weekday"),
+            ("5#0", "1 to 5"),
+            ("5#6", "1 to 5"),
+            ("5#", "1 to 5"),
+            ("5#2#3", "1 to 5"),
+            ("FOO#1", "unknown name"),
+            ("15W", "W is for day-of-month"),
+            ("L-2", "whole list items"),
+        ] {
+            let m = msg(dow, text);
+            assert!(m.starts_with("day-of-week: "), "{text}: {m}");
+            assert!(m.contains(part), "{text}: {m}");
+        }
+        for kind in [
+            FieldKind::Second,
+            FieldKind::Minute,
+            FieldKind::Hour,
+            FieldKind::Month,
+        ] {
+            for text in ["L", "5L", "LW", "15W", "5#2"] {
+                assert!(
+                    msg(kind, text).contains("only allowed in day-of-month and day-of-week"),
+                    "{kind:?} {text}"
+                );
+            }
+        }
     }
 }

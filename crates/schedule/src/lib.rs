@@ -6,8 +6,9 @@
 //! All `next_after`-style methods are strictly after their argument, so iterating them yields
 //! strictly increasing fire times with no duplicates.
 //!
-//! Modules: `field` parses one cron field, `search` finds the next matching wall-clock time,
-//! `cron` maps wall-clock times to instants under the DST rules, `interval` does `every`.
+//! Modules: `field` parses one cron field, `days` says which days the Quartz day tokens select
+//! in a month, `search` finds the next matching wall-clock time, `cron` maps wall-clock times
+//! to instants under the DST rules, `interval` does `every`.
 //!
 //! # Resolved ambiguities
 //!
@@ -24,16 +25,41 @@
 //!   `5-7` = Fri,Sat,Sun. `SUN` at the end of a range means 7, so `FRI-SUN` works.
 //! - **`?`** is accepted only as the whole day-of-month or day-of-week field and means `*`.
 //! - **Steps larger than the range** are accepted (`*/90` in minutes is minute 0), as in Vixie.
-//! - **Not supported** (rejected with `InvalidCron`): Quartz `L`, `W`, `#`, a year field, and
-//!   `@daily`-style macros.
+//! - **Quartz day tokens.** Day-of-month accepts `L` (the last day), `L-n` (n days before it,
+//!   n = 0–30), `nW` (the weekday nearest to day n, n = 1–31), `LW` and `L-nW` (the weekday
+//!   nearest to `L` or `L-n`). Nearest is Quartz's rule: a Saturday moves to the Friday before,
+//!   a Sunday to the Monday after, but never out of the month: Saturday the 1st moves to Monday
+//!   the 3rd, a Sunday that is the last day to the Friday two days before. Day-of-week accepts
+//!   `wL` (the last weekday w of the month) and `w#k` (its k-th, k = 1–5), w a number 0–7 or a
+//!   name: `5L`, `FRIL`, `5#2`, `FRI#2`. Letters are case-insensitive, as names are.
+//! - **A token's day must exist in the month**, or the token selects nothing that month, as a
+//!   plain `31` does in April: `31W` in April, `L-30` in February, `5#5` in a month with four
+//!   Fridays. No token moves a fire into another month.
+//! - **Day-of-week numbers are this crate's, not Quartz's**: 0–7 with Sunday as 0 or 7 (Vixie
+//!   cron, Spring), so `5L` is the last Friday and `6#1` the first Saturday, where Quartz
+//!   (1 = Sunday) would read the last Thursday and the first Friday. Names read the same in
+//!   both. `L` alone in day-of-week is refused: Quartz reads it as Saturday, Spring refuses it.
+//! - **Lists of tokens are unions**, mixed freely with plain items: `L,15`, `1W,LW`,
+//!   `1#1,3#3`, `MON,5L` (Quartz refuses the last two). A token is a whole list item: ranges and
+//!   steps of tokens (`1-5W`, `L/2`, `1-5L`) are refused.
+//! - **OR rule with tokens.** A field holding a token does not start with `*` or `?`, so it is
+//!   restricted: `0 0 L * 5#2` fires on the last day and on the second Friday, `0 0 LW * *` on
+//!   the last weekday only. (Quartz refuses two restricted day fields; Vixie's rule applies.)
+//!   Tokens only choose days, so the DST rules, which depend on the hour field, are unchanged.
+//! - **A year field** (Quartz's optional seventh) is refused, naming [`CronField::Year`].
+//! - **Errors name their field**: [`Error::InvalidCron`] carries the [`CronField`] at fault and
+//!   its message starts with the field's name; the field is `None` only for a wrong number of
+//!   fields.
 //! - **Whole seconds.** Cron fire times are whole seconds; a sub-second `after` is handled
 //!   (`next_after(10:00:00.5)` can return 10:00:01).
 //! - **Gap end collisions.** In zones with a 30-minute shift (Australia/Lord_Howe) the gap end can
 //!   itself be a matching time (`0,30 2 * * *`: 02:00 is skipped, its fire lands on 02:30); it
 //!   fires once.
-//! - **Never-firing expressions** whose day rule can never match (`0 0 30 2 *`) are recognised
-//!   at parse time and return `None` at once; anything else is searched at most 400 years ahead,
-//!   which covers every Feb 29 + weekday combination (up to 40 years apart).
+//! - **Never-firing expressions** whose day rule can never match (`0 0 30 2 *`, `0 0 30W 2 *`,
+//!   `0 0 */20 * 1#2`) are recognised at parse time and return `None` at once: which days match
+//!   depends only on a month's length and the weekday of its 1st, and every such combination
+//!   is tried. Anything else is searched at most 400 years ahead, which covers every Feb 29 +
+//!   weekday combination (up to 40 years apart).
 //! - **Time zones**: `""` and `"UTC"` are UTC; any other name must be an IANA name (case
 //!   sensitive, legacy links like `US/Eastern` accepted) from the tz data compiled into
 //!   chrono-tz. That data lists transitions through 2099; later, a zone's last offset applies.
@@ -50,6 +76,7 @@
 //!   "due at once" is the caller's decision, not this crate's.
 
 mod cron;
+mod days;
 mod field;
 mod interval;
 mod search;

@@ -1,12 +1,14 @@
 //! Calendar search over naive (wall-clock) date-times: the next local time whose fields match.
 //!
-//! This module owns field matching (including the Vixie day-of-month/day-of-week rule) and the
-//! fast forward search. It knows nothing about time zones: `cron` maps the local times found here
+//! This module owns field matching (including the Vixie day-of-month/day-of-week rule, with the
+//! Quartz tokens of `days` counted in their field) and the fast forward search. It knows nothing about time zones: `cron` maps the local times found here
 //! to instants. The search never steps minute by minute; it jumps with bit operations from month to
 //! matching month, day to matching day, and so on, so a typical call costs well under a
 //! microsecond and an expression that matches nothing for centuries still returns quickly.
 
 use chrono::{Datelike, NaiveDate, NaiveDateTime, Timelike};
+
+use crate::days::DayRules;
 
 /// The six fields of a cron expression as bitsets (bit `v` set = value `v` matches).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +22,11 @@ pub(crate) struct Fields {
     pub(crate) months: u64,
     /// Bits 0..=6, 0 = Sunday.
     pub(crate) days_of_week: u64,
+    /// The Quartz tokens of the day-of-month field (`L`, `L-3`, `15W`, `LW`), added to
+    /// `days_of_month` month by month.
+    pub(crate) dom_rules: DayRules,
+    /// The Quartz tokens of the day-of-week field (`5L`, `5#2`), likewise.
+    pub(crate) dow_rules: DayRules,
     /// Both day fields are restricted (neither starts with `*`/`?`): a day matches if EITHER
     /// matches (Vixie cron). Otherwise both must match (the wildcard one matches everything it
     /// covers, so e.g. `*/2` in day-of-month still restricts).
@@ -57,39 +64,56 @@ impl Fields {
         let Some(first) = NaiveDate::from_ymd_opt(year, month, 1) else {
             return 0;
         };
-        let first_weekday = first.weekday().num_days_from_sunday();
+        self.day_mask_for(
+            days_in_month(year, month),
+            first.weekday().num_days_from_sunday(),
+        )
+    }
+
+    /// The days (bits 1..=`len`) that match both day rules in a month of `len` days whose 1st is
+    /// weekday `first` (0 = Sunday). Nothing else about a month matters to the day fields.
+    fn day_mask_for(&self, len: u32, first: u32) -> u64 {
         let mut by_weekday = 0u64;
         for wd in 0..7 {
             if self.days_of_week & (1 << wd) != 0 {
-                // Day d has weekday (first_weekday + d - 1) % 7; the first such d is 1 + shift.
-                let shift = (wd + 7 - first_weekday) % 7;
+                // Day d has weekday (first + d - 1) % 7; the first such d is 1 + shift.
+                let shift = (wd + 7 - first) % 7;
                 by_weekday |= SAME_WEEKDAY_AS_FIRST << shift;
             }
         }
-        let valid = ((1u64 << (days_in_month(year, month) + 1)) - 1) & !1;
+        let mut by_day = self.days_of_month;
+        // Plain expressions skip the Quartz tokens with this one test.
+        if !(self.dom_rules.is_empty() && self.dow_rules.is_empty()) {
+            by_day |= self.dom_rules.days(len, first);
+            by_weekday |= self.dow_rules.days(len, first);
+        }
+        let valid = ((1u64 << (len + 1)) - 1) & !1;
         let days = if self.day_or {
-            self.days_of_month | by_weekday
+            by_day | by_weekday
         } else {
-            self.days_of_month & by_weekday
+            by_day & by_weekday
         };
         days & valid
     }
 
-    /// True when no calendar day can ever match (e.g. `30 2 *` = February 30th).
+    /// True when no calendar day can ever match (`30 2 *` = February 30th, `0 0 30W 2 *`).
     ///
-    /// With the OR rule every month has each weekday, so something matches. With the AND rule a
-    /// (month, day-of-month) pair that exists matches every weekday at some point within a
-    /// 400-year Gregorian cycle (Feb 29 included), so only the pairs need checking.
+    /// A month's matching days depend only on its length and the weekday of its 1st
+    /// ([`Self::day_mask_for`]), and every 400-year Gregorian cycle holds each month in each of
+    /// its lengths (February with 28 and with 29 days) starting on each weekday. So trying those
+    /// shapes is exact: when one matches, a match comes within any 400 years.
     pub(crate) fn never_matches(&self) -> bool {
-        if self.day_or {
-            return false;
-        }
-        let any_pair = (1..=12u32).any(|m| {
-            let max_day = if m == 2 { 29 } else { days_in_month(2001, m) };
-            let valid = ((1u64 << (max_day + 1)) - 1) & !1;
-            self.months & (1 << m) != 0 && self.days_of_month & valid != 0
-        });
-        !any_pair || self.days_of_week == 0
+        let can_match = |month: u32| {
+            let lengths: &[u32] = if month == 2 {
+                &[28, 29]
+            } else {
+                &[days_in_month(2001, month)]
+            };
+            lengths
+                .iter()
+                .any(|&len| (0..7).any(|first| self.day_mask_for(len, first) != 0))
+        };
+        !(1..=12u32).any(|m| self.months & (1 << m) != 0 && can_match(m))
     }
 
     /// Whether local time `t` matches all fields (used by tests and debug assertions).
@@ -177,6 +201,8 @@ mod tests {
             days_of_month: all(1, 31),
             months: all(1, 12),
             days_of_week: all(0, 6),
+            dom_rules: DayRules::default(),
+            dow_rules: DayRules::default(),
             day_or: false,
         }
     }
@@ -216,7 +242,7 @@ mod tests {
             days_of_month: 1 << 29,
             months: 1 << 2,
             days_of_week: 1 << 1,
-            day_or: false,
+            ..every_second()
         };
         assert_eq!(
             f.next_match(dt("2016-03-01 00:00:00"), 2500),
