@@ -41,12 +41,19 @@ pub struct Cron {
 }
 
 impl Cron {
-    /// Parses a 5-field (`min hour dom month dow`) or 6-field (leading seconds) expression.
+    /// Parses a 5-field (`min hour dom month dow`) or 6-field (leading seconds) expression, or
+    /// one of the macros `@yearly @annually @monthly @weekly @daily @midnight @hourly`.
     /// `timezone` is an IANA name; `""` and `"UTC"` mean UTC.
     pub fn parse(expr: &str, timezone: &str) -> Result<Cron, Error> {
         let tz = parse_timezone(timezone)?;
         let parts: Vec<&str> = expr.split_ascii_whitespace().collect();
-        let (fields, single_hour) = parse_fields(&parts)?;
+        let (fields, single_hour) = match parts.first() {
+            Some(first) if first.starts_with('@') => {
+                let expansion = expand_macro(&parts)?;
+                parse_fields(&expansion.split_ascii_whitespace().collect::<Vec<_>>())?
+            }
+            _ => parse_fields(&parts)?,
+        };
         Ok(Cron {
             expression: parts.join(" "),
             tz,
@@ -200,6 +207,38 @@ impl Cron {
         }
         DateTime::from_timestamp(hi, 0).unwrap_or(DateTime::<Utc>::MAX_UTC)
     }
+}
+
+/// The macros and the expressions they stand for, with the meanings Vixie cron gives them.
+/// `@reboot` is not among them: it is not a time.
+const MACROS: [(&str, &str); 7] = [
+    ("@yearly", "0 0 1 1 *"),
+    ("@annually", "0 0 1 1 *"),
+    ("@monthly", "0 0 1 * *"),
+    ("@weekly", "0 0 * * 0"),
+    ("@daily", "0 0 * * *"),
+    ("@midnight", "0 0 * * *"),
+    ("@hourly", "0 * * * *"),
+];
+
+/// The expression a macro stands for; `parts` is the whole expression, split on whitespace.
+/// Macro names are case-insensitive, as month and day names are.
+fn expand_macro(parts: &[&str]) -> Result<&'static str, Error> {
+    let whole = |reason: String| Error::InvalidCron {
+        field: None,
+        reason,
+    };
+    let name = parts.first().copied().unwrap_or_default();
+    if parts.len() > 1 {
+        return Err(whole(format!(
+            "a macro such as {name} stands alone, without other fields"
+        )));
+    }
+    if let Some((_, expansion)) = MACROS.iter().find(|(m, _)| m.eq_ignore_ascii_case(name)) {
+        return Ok(expansion);
+    }
+    let known = MACROS.map(|(m, _)| m).join(" ");
+    Err(whole(format!("unknown macro {name:?}; known: {known}")))
 }
 
 /// The fields of a 5- or 6-field expression, and whether its hour is a single value.

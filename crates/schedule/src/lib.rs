@@ -46,10 +46,16 @@
 //!   restricted: `0 0 L * 5#2` fires on the last day and on the second Friday, `0 0 LW * *` on
 //!   the last weekday only. (Quartz refuses two restricted day fields; Vixie's rule applies.)
 //!   Tokens only choose days, so the DST rules, which depend on the hour field, are unchanged.
+//! - **Macros** `@yearly` = `@annually` = `0 0 1 1 *`, `@monthly` = `0 0 1 * *`, `@weekly` =
+//!   `0 0 * * 0`, `@daily` = `@midnight` = `0 0 * * *`, `@hourly` = `0 * * * *` (Vixie's
+//!   meanings), case-insensitive, and alone: no other field may follow. A macro is exactly its
+//!   expansion, DST rules included: `@daily` has the single hour 0, so a midnight that falls in
+//!   a gap fires at the gap end; `@hourly` has a wildcard hour and skips missing hours.
+//!   `@reboot` and other names are refused.
 //! - **A year field** (Quartz's optional seventh) is refused, naming [`CronField::Year`].
 //! - **Errors name their field**: [`Error::InvalidCron`] carries the [`CronField`] at fault and
 //!   its message starts with the field's name; the field is `None` only for a wrong number of
-//!   fields.
+//!   fields or an unknown macro, which concern the whole expression.
 //! - **Whole seconds.** Cron fire times are whole seconds; a sub-second `after` is handled
 //!   (`next_after(10:00:00.5)` can return 10:00:01).
 //! - **Gap end collisions.** In zones with a 30-minute shift (Australia/Lord_Howe) the gap end can
@@ -124,7 +130,8 @@ impl std::fmt::Display for CronField {
 pub enum Error {
     /// The expression is invalid. `field` is the field at fault, and the message starts with its
     /// name (`hour: value 24 out of range 0-23`); it is `None` only when the expression as a
-    /// whole is wrong: a field count other than 5, 6 or 7 (7 is refused as a year field).
+    /// whole is wrong: a field count other than 5, 6 or 7 (7 is refused as a year field), or
+    /// an unknown macro.
     #[error("invalid cron expression: {}", cron_message(*.field, .reason))]
     InvalidCron {
         field: Option<CronField>,

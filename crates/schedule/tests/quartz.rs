@@ -1,10 +1,10 @@
-//! The Quartz day tokens through the public API: each token on concrete dates, lists, the
-//! Vixie OR rule with tokens, and never-firing token expressions.
+//! The Quartz extensions through the public API: each day token on concrete dates, lists, the
+//! Vixie OR rule with tokens, never-firing token expressions, and the macros.
 //!
 //! Every expected date is a calendar fact of the year it is in (check with `cal 2026`); the
 //! comments give the weekdays each assertion relies on.
 
-use chronoshard_schedule::{Cron, DateTime, Schedule, Utc};
+use chronoshard_schedule::{Cron, CronField, DateTime, Error, Schedule, Utc};
 
 fn t(s: &str) -> DateTime<Utc> {
     s.parse().unwrap()
@@ -225,4 +225,62 @@ fn never_firing_token_expressions_return_none_at_once() {
         ["2028-02-01", "2032-02-01"]
     );
     assert!(start.elapsed() < std::time::Duration::from_secs(2));
+}
+
+#[test]
+fn macros() {
+    let after = "2026-01-31T12:00:00Z";
+    let pairs = [
+        ("@yearly", "0 0 1 1 *"),
+        ("@annually", "0 0 1 1 *"),
+        ("@monthly", "0 0 1 * *"),
+        ("@weekly", "0 0 * * 0"),
+        ("@daily", "0 0 * * *"),
+        ("@midnight", "0 0 * * *"),
+        ("@hourly", "0 * * * *"),
+    ];
+    for (name, expansion) in pairs {
+        for tz in ["UTC", "Europe/Berlin", "America/New_York"] {
+            let m = Schedule::Cron(Cron::parse(name, tz).unwrap());
+            let e = Schedule::Cron(Cron::parse(expansion, tz).unwrap());
+            assert_eq!(
+                m.preview(t(after), 20),
+                e.preview(t(after), 20),
+                "{name} {tz}"
+            );
+        }
+    }
+    // The expansions on the calendar: Sunday Feb 1 2026, the first of a month.
+    assert_eq!(dates("@weekly", after, 2), ["2026-02-01", "2026-02-08"]);
+    assert_eq!(dates("@monthly", after, 2), ["2026-02-01", "2026-03-01"]);
+    assert_eq!(dates("@yearly", after, 1), ["2027-01-01"]);
+    // Case-insensitive as names are, surrounding whitespace ignored, kept as written.
+    let c = Cron::parse("  @Daily ", "UTC").unwrap();
+    assert_eq!(c.expression(), "@Daily");
+}
+
+#[test]
+fn macro_errors_concern_the_whole_expression() {
+    for (expr, part) in [
+        ("@reboot", "unknown macro \"@reboot\""),
+        ("@every 5m", "stands alone"),
+        ("@daily *", "stands alone"),
+        ("@", "unknown macro"),
+        ("@fortnightly", "known: @yearly @annually"),
+    ] {
+        match Cron::parse(expr, "UTC") {
+            Err(e @ Error::InvalidCron { field: None, .. }) => {
+                assert!(e.to_string().contains(part), "{expr}: {e}")
+            }
+            other => panic!("{expr}: {other:?}"),
+        }
+    }
+    // A macro in a field position is an invalid value of that field.
+    assert!(matches!(
+        Cron::parse("0 @daily * * *", "UTC"),
+        Err(Error::InvalidCron {
+            field: Some(CronField::Hour),
+            ..
+        })
+    ));
 }
