@@ -16,7 +16,7 @@ use chrono::{
 use chrono_tz::{GapInfo, Tz};
 
 use crate::field::{parse_field, FieldKind};
-use crate::search::Fields;
+use crate::search::{DayTokens, Fields};
 use crate::{CronField, Error};
 
 /// How many years past `after` the search looks before concluding that nothing fires.
@@ -278,8 +278,7 @@ fn parse_fields(parts: &[&str]) -> Result<(Fields, bool), Error> {
         days_of_month: dom.bits,
         months: months.bits,
         days_of_week: dow.bits,
-        dom_rules: dom.rules,
-        dow_rules: dow.rules,
+        tokens: DayTokens::new(dom.rules, dow.rules),
         // A field holding Quartz tokens does not start with `*` or `?`: it is restricted.
         day_or: !dom.star && !dow.star,
     };

@@ -22,15 +22,37 @@ pub(crate) struct Fields {
     pub(crate) months: u64,
     /// Bits 0..=6, 0 = Sunday.
     pub(crate) days_of_week: u64,
-    /// The Quartz tokens of the day-of-month field (`L`, `L-3`, `15W`, `LW`), added to
-    /// `days_of_month` month by month.
-    pub(crate) dom_rules: DayRules,
-    /// The Quartz tokens of the day-of-week field (`5L`, `5#2`), likewise.
-    pub(crate) dow_rules: DayRules,
+    /// The Quartz tokens of the two day fields, added to `days_of_month` and `days_of_week`
+    /// month by month; `None` for a plain expression, which then pays one test per month.
+    pub(crate) tokens: Option<DayTokens>,
     /// Both day fields are restricted (neither starts with `*`/`?`): a day matches if EITHER
     /// matches (Vixie cron). Otherwise both must match (the wildcard one matches everything it
     /// covers, so e.g. `*/2` in day-of-month still restricts).
     pub(crate) day_or: bool,
+}
+
+/// The Quartz tokens of an expression's day-of-month field (`L`, `L-3`, `15W`, `LW`) and of
+/// its day-of-week field (`5L`, `5#2`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DayTokens {
+    pub(crate) dom: DayRules,
+    pub(crate) dow: DayRules,
+}
+
+impl DayTokens {
+    /// The tokens of the two fields; `None` when neither has any.
+    pub(crate) fn new(dom: DayRules, dow: DayRules) -> Option<DayTokens> {
+        (!(dom.is_empty() && dow.is_empty())).then_some(DayTokens { dom, dow })
+    }
+
+    /// The days each field's tokens select in a month of `len` days whose 1st is weekday
+    /// `first`. Out of line on purpose: with the token code inlined into the search loop (or
+    /// with a test of the token bitsets instead of `Option`), plain expressions measured 5–25%
+    /// slower; with both, they run as fast as before the tokens existed.
+    #[inline(never)]
+    fn days(&self, len: u32, first: u32) -> (u64, u64) {
+        (self.dom.days(len, first), self.dow.days(len, first))
+    }
 }
 
 /// Days 1, 8, 15, 22, 29: the days of a month that share the weekday of the 1st.
@@ -82,10 +104,10 @@ impl Fields {
             }
         }
         let mut by_day = self.days_of_month;
-        // Plain expressions skip the Quartz tokens with this one test.
-        if !(self.dom_rules.is_empty() && self.dow_rules.is_empty()) {
-            by_day |= self.dom_rules.days(len, first);
-            by_weekday |= self.dow_rules.days(len, first);
+        if let Some(tokens) = &self.tokens {
+            let (dom, dow) = tokens.days(len, first);
+            by_day |= dom;
+            by_weekday |= dow;
         }
         let valid = ((1u64 << (len + 1)) - 1) & !1;
         let days = if self.day_or {
@@ -201,8 +223,7 @@ mod tests {
             days_of_month: all(1, 31),
             months: all(1, 12),
             days_of_week: all(0, 6),
-            dom_rules: DayRules::default(),
-            dow_rules: DayRules::default(),
+            tokens: None,
             day_or: false,
         }
     }
