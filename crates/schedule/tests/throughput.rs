@@ -17,18 +17,30 @@ fn next_after_costs_microseconds() {
         ("15 10 1 * *", "Asia/Kolkata"),
         ("0 0 29 2 *", "UTC"),
         ("*/10 * * * * *", "Europe/Berlin"),
+        // Quartz day tokens and a macro.
+        ("0 0 L * *", "UTC"),
+        ("0 30 2 LW * *", "Europe/Berlin"),
+        ("0 9 15W * *", "America/New_York"),
+        ("0 2 * * 0L", "Europe/Berlin"),
+        ("0 0 * * 5#5", "UTC"),
+        ("@daily", "America/Sao_Paulo"),
     ];
     let start: DateTime<Utc> = "2026-01-01T00:00:00Z".parse().unwrap();
     for (expr, tz) in cases {
         let cron = Cron::parse(expr, tz).unwrap();
         let n = 20_000;
-        let t0 = Instant::now();
+        // The best of five rounds: on a shared machine the others measure the neighbours.
+        let mut best = std::time::Duration::MAX;
         let mut t = start;
-        for _ in 0..n {
-            t = cron.next_after(t).unwrap();
+        for _ in 0..5 {
+            let t0 = Instant::now();
+            t = start;
+            for _ in 0..n {
+                t = cron.next_after(t).unwrap();
+            }
+            best = best.min(t0.elapsed() / n);
         }
-        let per_call = t0.elapsed() / n;
-        println!("{expr:>20} {tz:>20}: {per_call:?} per next_after (reached {t})");
-        assert!(per_call.as_micros() < 50, "{expr}: {per_call:?}");
+        println!("{expr:>20} {tz:>20}: {best:?} per next_after (reached {t})");
+        assert!(best.as_micros() < 50, "{expr}: {best:?}");
     }
 }
