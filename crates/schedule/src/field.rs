@@ -135,6 +135,9 @@ pub(crate) fn parse_field(kind: FieldKind, text: &str) -> Result<Field, Error> {
 /// A day-of-month or day-of-week list item that is a Quartz token, parsed; `None` when the item
 /// is plain syntax (or in another field), to be parsed by [`parse_item`].
 fn day_token(kind: FieldKind, item: &str) -> Option<Result<DayRules, Error>> {
+    if !matches!(kind, FieldKind::DayOfMonth | FieldKind::DayOfWeek) {
+        return None;
+    }
     let upper = item.to_ascii_uppercase();
     match kind {
         FieldKind::DayOfMonth if upper.starts_with('L') || upper.ends_with('W') => {
