@@ -17,13 +17,66 @@ use std::{
 
 use anyhow::Context;
 use chronoshard_control_plane::{ControlPlane, Options as ControlPlaneOptions};
-use chronoshard_shard_node::{Connections, Options as NodeOptions, ShardConfig, ShardNode};
+use chronoshard_shard_node::{Connections, Options as NodeOptions, ShardNode};
+use chronoshard_wire::{rpc::Sharding, settings::Settings};
 use chronoshard_worker::{
     executor::{shell::ShellOptions, ssrf::SsrfGuard, Builtins},
     Handlers, Options as WorkerOptions, QueueLimits, Worker,
 };
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+/// The flags of `chronoshard dev`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DevArgs {
+    /// Data directory: shard databases, JetStream store, admin token. Kept across restarts.
+    #[arg(long, env = "CHRONOSHARD_DATA", default_value = "./chronoshard-data")]
+    pub data: PathBuf,
+    /// Address of the REST API.
+    #[arg(long, env = "CHRONOSHARD_HTTP", default_value = "127.0.0.1:8080")]
+    pub http: SocketAddr,
+    /// Number of shard nodes.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub shard_nodes: u16,
+    /// Number of workers.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(0..=64))]
+    pub workers: u16,
+    /// Admin token (default: generated once and kept in DATA/admin-token).
+    #[arg(long, env = "CHRONOSHARD_TOKEN")]
+    pub token: Option<String>,
+    /// Shard count of a new data directory.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub shards: u32,
+    /// Sharding mode of a new data directory.
+    #[arg(long, value_enum, default_value_t = Sharding::Tenant)]
+    pub sharding: Sharding,
+    /// Keep the shard databases in this PostgreSQL database (one schema per shard, e.g.
+    /// `postgres://user@127.0.0.1:5432/chronoshard`) instead of SQLite files under DATA.
+    #[arg(long, env = "CHRONOSHARD_POSTGRES")]
+    pub postgres: Option<String>,
+    /// The live settings of a new data directory (after that, `PUT /v1/settings`).
+    #[command(flatten)]
+    pub settings: Settings,
+}
+
+impl DevArgs {
+    pub fn options(&self) -> anyhow::Result<DevOptions> {
+        self.settings
+            .validate()
+            .map_err(|e| anyhow::anyhow!("--{}: {}", e.field.replace('_', "-"), e.rule))?;
+        Ok(DevOptions {
+            data: self.data.clone(),
+            http: self.http,
+            shard_nodes: self.shard_nodes as usize,
+            workers: self.workers as usize,
+            token: self.token.clone(),
+            shards: self.shards,
+            sharding: self.sharding,
+            settings: self.settings,
+            postgres: self.postgres.clone(),
+        })
+    }
+}
 
 /// Options of `chronoshard dev`.
 #[derive(Clone, Debug)]
@@ -36,7 +89,9 @@ pub struct DevOptions {
     pub token: Option<String>,
     /// Shards of a new data dir; an existing one keeps its count.
     pub shards: u32,
-    pub shard: ShardConfig,
+    pub sharding: Sharding,
+    /// The live settings of a new data dir.
+    pub settings: Settings,
     /// Shard databases in this Postgres database (a schema each) instead of SQLite files.
     pub postgres: Option<String>,
 }
@@ -50,7 +105,8 @@ impl DevOptions {
             workers: 1,
             token: None,
             shards: 8,
-            shard: ShardConfig::default(),
+            sharding: Sharding::Tenant,
+            settings: Settings::DEFAULT,
             postgres: None,
         }
     }
@@ -77,6 +133,8 @@ impl Platform {
         let token = admin_token(&opts.data, opts.token.as_deref())?;
         let binary = chronoshard_natsd::find()?;
         let nats_opts = chronoshard_natsd::Options::in_dir(&opts.data.join("nats"));
+        // A directory that has run before keeps its cluster's shard count and mode.
+        let is_new = !nats_opts.store_dir.exists();
         let nats = chronoshard_natsd::Server::start(binary, &nats_opts).await?;
         let nats_url = nats.url();
         let connect = |name: String| {
@@ -99,13 +157,16 @@ impl Platform {
             })?;
         // The control plane calls the shards of these nodes directly, not over NATS.
         let local = chronoshard_cluster::LocalShards::default();
+        // The same control plane as `chronoshard control-plane`, one replica, creating the
+        // cluster of a new data directory with these values (an existing one keeps its own).
+        let mut cp_opts = ControlPlaneOptions::new("control-plane", token.clone());
+        cp_opts.shard_count = Some(opts.shards).filter(|_| is_new);
+        cp_opts.sharding = Some(opts.sharding).filter(|_| is_new);
+        cp_opts.settings = opts.settings;
+        cp_opts.min_nodes = opts.shard_nodes;
+        cp_opts.local = local.clone();
         let (cp, task) = ControlPlane::start(
-            ControlPlaneOptions {
-                admin_token: token.clone(),
-                shard_count: opts.shards,
-                min_nodes: opts.shard_nodes,
-                local: local.clone(),
-            },
+            cp_opts,
             connect("control-plane".into()).await?,
             listener,
             shutdown.clone(),
@@ -119,7 +180,6 @@ impl Platform {
                     Some(url) => chronoshard_shard_node::Databases::Postgres(url.clone()),
                     None => chronoshard_shard_node::Databases::Sqlite(opts.data.join("shards")),
                 },
-                shard: opts.shard.clone(),
                 local: local.clone(),
             };
             let nats = connect(format!("node-{i}")).await?;

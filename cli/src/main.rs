@@ -1,12 +1,8 @@
 //! `chronoshard`: the one binary. Subcommands only; each is a library call.
 
-use std::{net::SocketAddr, path::PathBuf};
-
 use chronoshard::{
     config,
-    dev::{DevOptions, Platform},
-    node::NodeFile,
-    worker::WorkerFile,
+    dev::{DevArgs, Platform},
 };
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
@@ -24,30 +20,10 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the whole platform on this machine: nats-server, control plane, shard nodes, workers.
-    Dev {
-        /// Data directory: shard databases, JetStream store, admin token. Kept across restarts.
-        #[arg(long, env = "CHRONOSHARD_DATA", default_value = "./chronoshard-data")]
-        data: PathBuf,
-        /// Address of the REST API.
-        #[arg(long, env = "CHRONOSHARD_HTTP", default_value = "127.0.0.1:8080")]
-        http: SocketAddr,
-        /// Number of shard nodes.
-        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
-        shard_nodes: u16,
-        /// Number of workers.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(0..=64))]
-        workers: u16,
-        /// Admin token (default: generated once and kept in DATA/admin-token).
-        #[arg(long, env = "CHRONOSHARD_TOKEN")]
-        token: Option<String>,
-        /// Shard count of a new data directory.
-        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
-        shards: u32,
-        /// Keep the shard databases in this PostgreSQL database (one schema per shard, e.g.
-        /// `postgres://user@127.0.0.1:5432/chronoshard`) instead of SQLite files under DATA.
-        #[arg(long, env = "CHRONOSHARD_POSTGRES")]
-        postgres: Option<String>,
-    },
+    Dev(DevArgs),
+    /// Run one control-plane replica against a platform's NATS: the REST API, and (while it
+    /// holds the leader lease) shard assignment. SIGTERM stops it; a leader hands over at once.
+    ControlPlane(chronoshard::control_plane::ControlPlaneArgs),
     /// Run one worker against a platform's NATS: the built-in `http` executor, and `shell` when
     /// enabled. SIGTERM drains it (in-flight tickets finish within the grace) and exits 0.
     Worker(chronoshard::worker::WorkerArgs),
@@ -57,6 +33,9 @@ enum Command {
     ShardNode(chronoshard::node::ShardNodeArgs),
 }
 
+/// The production roles: configured by flags, variables and a file (`config`).
+const ROLES: &[&str] = &["control-plane", "shard-node", "worker"];
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = parse()?;
@@ -64,22 +43,8 @@ async fn main() -> anyhow::Result<()> {
         std::env::var("CHRONOSHARD_LOG_JSON").is_ok_and(|v| v == "1"),
     );
     match cli.command {
-        Command::Dev {
-            data,
-            http,
-            shard_nodes,
-            workers,
-            token,
-            shards,
-            postgres,
-        } => {
-            let mut opts = DevOptions::new(data);
-            opts.http = http;
-            opts.shard_nodes = shard_nodes as usize;
-            opts.workers = workers as usize;
-            opts.token = token;
-            opts.shards = shards;
-            opts.postgres = postgres;
+        Command::Dev(args) => {
+            let opts = args.options()?;
             let data = opts.data.clone();
             let platform = Platform::start(opts).await?;
             println!("chronoshard dev is ready");
@@ -97,56 +62,62 @@ async fn main() -> anyhow::Result<()> {
             platform.stop().await?;
             println!("stopped");
         }
-        Command::Worker(args) if args.dump_config => {
-            print!("{}", toml::to_string(&WorkerFile::of(&args))?);
+        Command::ControlPlane(args) if args.file.dump_config => {
+            args.options()?;
+            print!("{}", config::dump(&args)?);
+        }
+        Command::ControlPlane(args) => {
+            chronoshard::control_plane::run(args, stop_on_signal()).await?;
+        }
+        Command::Worker(args) if args.file.dump_config => {
+            args.options()?;
+            print!("{}", config::dump(&args)?);
         }
         Command::Worker(args) => {
-            let shutdown = tokio_util::sync::CancellationToken::new();
-            let stop = shutdown.clone();
-            tokio::spawn(async move {
-                shutdown_signal().await;
-                stop.cancel();
-            });
-            chronoshard::worker::run(args, shutdown).await?;
+            chronoshard::worker::run(args, stop_on_signal()).await?;
         }
-        Command::ShardNode(args) if args.dump_config => {
+        Command::ShardNode(args) if args.file.dump_config => {
             args.options()?;
-            print!("{}", toml::to_string(&NodeFile::of(&args))?);
+            print!("{}", config::dump(&args)?);
         }
         Command::ShardNode(args) => {
-            let shutdown = tokio_util::sync::CancellationToken::new();
-            // Listening before the node says it is ready, so a SIGTERM right after is a stop.
-            let signal = shutdown_signal();
-            let stop = shutdown.clone();
-            tokio::spawn(async move {
-                signal.await;
-                stop.cancel();
-            });
-            chronoshard::node::run(args, shutdown).await?;
+            chronoshard::node::run(args, stop_on_signal()).await?;
         }
     }
     Ok(())
 }
 
-/// Parses the command line, with a role's config file (if any) as the defaults of its flags.
+/// A token cancelled by SIGINT or SIGTERM. Listening starts before the role says it is ready,
+/// so a signal right after is a stop.
+fn stop_on_signal() -> tokio_util::sync::CancellationToken {
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let signal = shutdown_signal();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        signal.await;
+        stop.cancel();
+    });
+    shutdown
+}
+
+/// Parses the command line; a production role's settings get their variables and its config
+/// file (if any) as the defaults of its flags.
 fn parse() -> anyhow::Result<Cli> {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let mut cmd = Cli::command();
     // Only the subcommand given reads a file (a flag's value may spell another's name).
-    match args.get(1).and_then(|a| a.to_str()) {
-        Some(sub @ "worker") => {
+    if let Some(sub) = args.get(1).and_then(|a| a.to_str()) {
+        if ROLES.contains(&sub) {
+            let mut role = cmd
+                .find_subcommand(sub)
+                .cloned()
+                .map(config::with_env)
+                .expect("a role is a subcommand");
             if let Some(path) = config::path_for(sub, &args) {
-                let file: WorkerFile = config::load(&path)?;
-                cmd = cmd.mut_subcommand(sub, |c| config::with_defaults(c, file.as_defaults()));
+                role = config::with_file(role, &path)?;
             }
+            cmd = cmd.mut_subcommand(sub, |_| role);
         }
-        Some(sub @ "shard-node") => {
-            if let Some(path) = config::path_for(sub, &args) {
-                let file: NodeFile = config::load(&path)?;
-                cmd = cmd.mut_subcommand(sub, |c| config::with_defaults(c, file.as_defaults()));
-            }
-        }
-        _ => {}
     }
     let matches = cmd.get_matches_from(args);
     Ok(Cli::from_arg_matches(&matches)?)

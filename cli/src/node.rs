@@ -11,122 +11,38 @@
 use std::{path::PathBuf, time::Duration};
 
 use anyhow::Context;
-use chronoshard_cluster::{Cluster, HEARTBEAT_EVERY};
-use chronoshard_shard_node::{Connections, Databases, Options, ShardConfig, ShardNode};
-use chronoshard_wire::{duration::Dur, job::check_token};
-use serde::{Deserialize, Serialize};
+use chronoshard_cluster::Cluster;
+use chronoshard_shard_node::{Connections, Databases, Options, ShardNode};
+use chronoshard_wire::{job::check_token, settings::Settings};
+use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-/// Flags of `chronoshard shard-node` (each also read from a `CHRONOSHARD_*` variable).
-#[derive(clap::Args, Debug, Clone)]
+/// The settings of `chronoshard shard-node`, defined once (`crate::config`: each is a flag, a
+/// `CHRONOSHARD_*` variable and a key of the config file). What a shard does with its time
+/// (horizon, publish window, heartbeats) is the cluster's live settings, not the node's.
+#[derive(clap::Args, Serialize, Debug, Clone)]
 pub struct ShardNodeArgs {
-    /// A TOML file with these settings (keys as the flags, `_` for `-`); flags and variables
-    /// override it.
-    #[arg(long, env = "CHRONOSHARD_CONFIG")]
-    pub config: Option<PathBuf>,
-    /// Print the settings in effect as a TOML config file and exit.
-    #[arg(long)]
-    pub dump_config: bool,
-    /// NATS server URL of the platform.
-    #[arg(
-        long,
-        env = "CHRONOSHARD_NATS",
-        default_value = "nats://127.0.0.1:4222"
-    )]
+    #[command(flatten)]
+    #[serde(skip)]
+    pub file: crate::config::ConfigFlags,
+    /// NATS server URL of the platform (several, comma-separated, for a NATS cluster).
+    #[arg(long, default_value = "nats://127.0.0.1:4222")]
     pub nats: String,
     /// Node id (1-64 of A-Z a-z 0-9 _ -): unique among the platform's shard nodes, and kept
     /// across restarts, since shard assignments follow it.
-    #[arg(long, env = "CHRONOSHARD_NODE_ID")]
+    #[arg(long)]
     pub node_id: String,
     /// The platform's data directory on this machine: the shard databases are the SQLite files
     /// in DATA/shards, as `chronoshard dev --data DATA` keeps them. Give this or --postgres.
-    #[arg(long, env = "CHRONOSHARD_DATA")]
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub data: Option<PathBuf>,
     /// Keep the shard databases in this PostgreSQL database (one schema per shard, e.g.
     /// `postgres://user@db:5432/chronoshard`), so nodes on several machines can own any shard.
     /// Give this or --data.
-    #[arg(long, env = "CHRONOSHARD_POSTGRES")]
-    pub postgres: Option<String>,
-    /// Occurrences due within this long are held in memory; later ones stay in the database.
-    #[arg(long, env = "CHRONOSHARD_HORIZON",
-          default_value_t = Dur(ShardConfig::default().horizon))]
-    pub horizon: Dur,
-    /// How often each shard moves occurrences entering the horizon from its database into memory.
-    #[arg(long, env = "CHRONOSHARD_LOAD_EVERY",
-          default_value_t = Dur(ShardConfig::default().load_every))]
-    pub load_every: Dur,
-    /// Tickets each shard may have awaiting a JetStream ack at once.
-    #[arg(long, env = "CHRONOSHARD_PUBLISH_WINDOW",
-          default_value_t = ShardConfig::default().publish_window as u32,
-          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    pub publish_window: u32,
-    /// Occurrences of `overlap: allow` jobs are fired this long before they are due and
-    /// published at their due time (0s: fired at the due time).
-    #[arg(long, env = "CHRONOSHARD_FIRE_LEAD",
-          default_value_t = Dur(ShardConfig::default().fire_lead))]
-    pub fire_lead: Dur,
-    /// A published ticket no worker has started after this long is looked for in the dispatch
-    /// stream, and sent again if the stream lost it.
-    #[arg(long, env = "CHRONOSHARD_RESEND_AFTER",
-          default_value_t = Dur(ShardConfig::default().resend_after))]
-    pub resend_after: Dur,
-}
-
-/// `chronoshard shard-node`'s config file: every flag, by the flag's name with `_` for `-`.
-#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NodeFile {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub nats: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub node_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub data: Option<PathBuf>,
+    #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub postgres: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub horizon: Option<Dur>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub load_every: Option<Dur>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub publish_window: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fire_lead: Option<Dur>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub resend_after: Option<Dur>,
-}
-
-impl NodeFile {
-    /// The file's settings as defaults of the flags (arg id → values).
-    pub fn as_defaults(&self) -> Vec<(&'static str, Vec<String>)> {
-        use crate::config::{given, one, path};
-        given([
-            ("nats", one(&self.nats)),
-            ("node_id", one(&self.node_id)),
-            ("data", path(&self.data)),
-            ("postgres", one(&self.postgres)),
-            ("horizon", one(&self.horizon)),
-            ("load_every", one(&self.load_every)),
-            ("publish_window", one(&self.publish_window)),
-            ("fire_lead", one(&self.fire_lead)),
-            ("resend_after", one(&self.resend_after)),
-        ])
-    }
-
-    /// The settings in effect, as a file.
-    pub fn of(a: &ShardNodeArgs) -> NodeFile {
-        NodeFile {
-            nats: Some(a.nats.clone()),
-            node_id: Some(a.node_id.clone()),
-            data: a.data.clone(),
-            postgres: a.postgres.clone(),
-            horizon: Some(a.horizon),
-            load_every: Some(a.load_every),
-            publish_window: Some(a.publish_window),
-            fire_lead: Some(a.fire_lead),
-            resend_after: Some(a.resend_after),
-        }
-    }
 }
 
 impl ShardNodeArgs {
@@ -152,32 +68,11 @@ impl ShardNodeArgs {
                  the directory `chronoshard dev --data DIR` uses) or --postgres URL"
             ),
         };
-        anyhow::ensure!(
-            !self.load_every.0.is_zero(),
-            "--load-every must be longer than 0s"
-        );
-        anyhow::ensure!(
-            self.horizon.0 >= self.load_every.0 && self.horizon.0 > self.fire_lead.0,
-            "--horizon must be at least --load-every and longer than --fire-lead"
-        );
-        anyhow::ensure!(
-            !self.resend_after.0.is_zero(),
-            "--resend-after must be longer than 0s"
-        );
         Ok(Options {
             node_id: self.node_id.clone(),
             databases,
             // A node process has no control plane in it: every call reaches it over NATS.
             local: Default::default(),
-            // Every field: a new knob of the shard config is a compile error here until this
-            // command decides whether operators set it.
-            shard: ShardConfig {
-                horizon: self.horizon.0,
-                load_every: self.load_every.0,
-                publish_window: self.publish_window as usize,
-                fire_lead: self.fire_lead.0,
-                resend_after: self.resend_after.0,
-            },
         })
     }
 }
@@ -200,7 +95,7 @@ pub async fn run(args: ShardNodeArgs, shutdown: CancellationToken) -> anyhow::Re
         .await
         .with_context(|| {
             format!(
-                "cannot set up the cluster state in NATS at {} (is JetStream enabled?)",
+                "cannot open the cluster state in NATS at {} (is JetStream enabled?)",
                 args.nats
             )
         })?;
@@ -226,12 +121,16 @@ pub async fn run(args: ShardNodeArgs, shutdown: CancellationToken) -> anyhow::Re
 
 /// Refuses to start while another process runs a node under the same id: both would run the same
 /// shards under the same epoch, which fencing cannot tell apart. A node listed under the id that
-/// does not heartbeat again within two heartbeat periods is a dead one (killed, its entry not yet
-/// expired), and this process takes its place.
+/// does not heartbeat again within two heartbeat periods is a dead one (killed, its entry kept for
+/// a while), and this process takes its place.
 async fn refuse_a_live_namesake(cluster: &Cluster, node_id: &str) -> anyhow::Result<()> {
+    let every = match cluster.settings().await {
+        Ok(Some((s, _))) => s.settings.heartbeat_every.0,
+        _ => Settings::DEFAULT.heartbeat_every.0,
+    };
     let last_beat = || async {
         let nodes = cluster
-            .live_nodes()
+            .nodes()
             .await
             .context("cannot read the node registry")?;
         anyhow::Ok(
@@ -248,10 +147,10 @@ async fn refuse_a_live_namesake(cluster: &Cluster, node_id: &str) -> anyhow::Res
         node_id,
         "a node with this id is listed; checking that it is gone"
     );
-    let deadline = tokio::time::Instant::now() + 2 * HEARTBEAT_EVERY + Duration::from_millis(500);
+    let deadline = tokio::time::Instant::now() + 2 * every + Duration::from_millis(500);
     while tokio::time::Instant::now() < deadline {
         // Watching for a heartbeat: how a node shows it is alive.
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(every / 4).await;
         match last_beat().await? {
             None => return Ok(()),
             Some(t) if t != first => anyhow::bail!(

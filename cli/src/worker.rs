@@ -4,7 +4,7 @@
 //! Settings come from flags, `CHRONOSHARD_*` variables and a TOML file (`crate::config`);
 //! `--dump-config` prints the result as such a file.
 
-use std::{path::PathBuf, time::Duration};
+use std::path::PathBuf;
 
 use anyhow::Context;
 use chronoshard_cluster::Connections;
@@ -13,25 +13,18 @@ use chronoshard_worker::{
     executor::{shell::ShellOptions, ssrf::SsrfGuard, Builtins},
     Handlers, Options, QueueLimits, Worker,
 };
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-/// Flags of `chronoshard worker` (each also read from a `CHRONOSHARD_*` variable).
-#[derive(clap::Args, Debug, Clone)]
+/// The settings of `chronoshard worker`, defined once (`crate::config`: each is a flag, a
+/// `CHRONOSHARD_*` variable and a key of the config file).
+#[derive(clap::Args, Serialize, Debug, Clone)]
 pub struct WorkerArgs {
-    /// A TOML file with these settings (keys as the flags, `_` for `-`); flags and variables
-    /// override it.
-    #[arg(long, env = "CHRONOSHARD_CONFIG")]
-    pub config: Option<PathBuf>,
-    /// Print the settings in effect as a TOML config file and exit.
-    #[arg(long)]
-    pub dump_config: bool,
-    /// NATS server URL of the platform.
-    #[arg(
-        long,
-        env = "CHRONOSHARD_NATS",
-        default_value = "nats://127.0.0.1:4222"
-    )]
+    #[command(flatten)]
+    #[serde(skip)]
+    pub file: crate::config::ConfigFlags,
+    /// NATS server URL of the platform (several, comma-separated, for a NATS cluster).
+    #[arg(long, default_value = "nats://127.0.0.1:4222")]
     pub nats: String,
     /// Worker id: unique among the platform's workers (it names the journal file).
     #[arg(long, env = "CHRONOSHARD_WORKER_ID")]
@@ -49,34 +42,25 @@ pub struct WorkerArgs {
     pub concurrency: u32,
     /// Tickets of each queue started per second at most (default: no limit).
     #[arg(long, env = "CHRONOSHARD_WORKER_RATE")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub rate: Option<f64>,
     /// How long in-flight tickets may finish after SIGTERM (e.g. `30s`).
-    #[arg(long, env = "CHRONOSHARD_DRAIN_GRACE", default_value = "10s",
-          value_parser = parse_duration)]
-    pub drain_grace: Duration,
+    #[arg(long, default_value = "10s")]
+    pub drain_grace: Dur,
     /// An execution that ends within this time is reported by its final result alone; a longer
     /// one reports `started` when it is over (so its run shows `running`). `0s` reports every
     /// start at once.
-    #[arg(long, env = "CHRONOSHARD_START_REPORT_DELAY", default_value = "100ms",
-          value_parser = parse_duration)]
-    pub start_report_delay: Duration,
+    #[arg(long, default_value = "100ms")]
+    pub start_report_delay: Dur,
     /// HTTP targets allowed although private, loopback or link-local: a CIDR block
     /// (`10.1.0.0/16`), an address, or a host name. Repeat the flag for more.
-    #[arg(
-        long = "http-allow",
-        env = "CHRONOSHARD_HTTP_ALLOW",
-        value_delimiter = ','
-    )]
+    #[arg(long, value_delimiter = ',')]
     pub http_allow: Vec<String>,
     /// Serve the `shell` queue (off by default).
-    #[arg(long, env = "CHRONOSHARD_SHELL")]
+    #[arg(long)]
     pub shell: bool,
     /// Commands shell jobs may run, exactly as the job names them. Repeat for more.
-    #[arg(
-        long = "shell-allow",
-        env = "CHRONOSHARD_SHELL_ALLOW",
-        value_delimiter = ','
-    )]
+    #[arg(long, value_delimiter = ',')]
     pub shell_allow: Vec<String>,
     /// CPU seconds a shell command may use.
     #[arg(long, default_value_t = 60)]
@@ -93,94 +77,11 @@ pub struct WorkerArgs {
     pub shell_output_limit: u32,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    s.parse::<chronoshard_wire::duration::Dur>()
-        .map(|d| d.0)
-        .map_err(|e| e.to_string())
-}
-
-/// `chronoshard worker`'s config file: every flag, by the flag's name with `_` for `-`.
-#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WorkerFile {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub nats: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub data: Option<PathBuf>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub concurrency: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rate: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub drain_grace: Option<Dur>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub start_report_delay: Option<Dur>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub http_allow: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub shell: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub shell_allow: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub shell_cpu_seconds: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub shell_memory_mb: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub shell_open_files: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub shell_output_limit: Option<u32>,
-}
-
-impl WorkerFile {
-    /// The file's settings as defaults of the flags (arg id → values).
-    pub fn as_defaults(&self) -> Vec<(&'static str, Vec<String>)> {
-        use crate::config::{given, one, path};
-        given([
-            ("nats", one(&self.nats)),
-            ("id", one(&self.id)),
-            ("data", path(&self.data)),
-            ("concurrency", one(&self.concurrency)),
-            ("rate", one(&self.rate)),
-            ("drain_grace", one(&self.drain_grace)),
-            ("start_report_delay", one(&self.start_report_delay)),
-            ("http_allow", self.http_allow.clone()),
-            ("shell", one(&self.shell)),
-            ("shell_allow", self.shell_allow.clone()),
-            ("shell_cpu_seconds", one(&self.shell_cpu_seconds)),
-            ("shell_memory_mb", one(&self.shell_memory_mb)),
-            ("shell_open_files", one(&self.shell_open_files)),
-            ("shell_output_limit", one(&self.shell_output_limit)),
-        ])
-    }
-
-    /// The settings in effect, as a file.
-    pub fn of(a: &WorkerArgs) -> WorkerFile {
-        WorkerFile {
-            nats: Some(a.nats.clone()),
-            id: Some(a.id.clone()),
-            data: Some(a.data.clone()),
-            concurrency: Some(a.concurrency),
-            rate: a.rate,
-            drain_grace: Some(Dur(a.drain_grace)),
-            start_report_delay: Some(Dur(a.start_report_delay)),
-            http_allow: Some(a.http_allow.clone()),
-            shell: Some(a.shell),
-            shell_allow: Some(a.shell_allow.clone()),
-            shell_cpu_seconds: Some(a.shell_cpu_seconds),
-            shell_memory_mb: Some(a.shell_memory_mb),
-            shell_open_files: Some(a.shell_open_files),
-            shell_output_limit: Some(a.shell_output_limit),
-        }
-    }
-}
-
 impl WorkerArgs {
     pub fn options(&self) -> anyhow::Result<Options> {
         let mut opts = Options::new(&self.id, &self.data);
-        opts.drain_grace = self.drain_grace;
-        opts.start_report_delay = self.start_report_delay;
+        opts.drain_grace = self.drain_grace.0;
+        opts.start_report_delay = self.start_report_delay.0;
         if self.rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {
             anyhow::bail!("--rate must be a positive number of tickets per second");
         }

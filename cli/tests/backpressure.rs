@@ -29,7 +29,7 @@ async fn backlog(api: &Api) -> i64 {
 async fn a_refusing_jetstream_slows_dispatch_without_losing_or_doubling_tickets() {
     let dir = tempfile::tempdir().unwrap();
     // a small window, so the hand-over channel fills after a few dozen fires
-    let p = platform_with(dir.path(), |o| o.shard.publish_window = 4).await;
+    let p = platform_with(dir.path(), |o| o.settings.publish_window = 4).await;
     let api = Api::new(&p);
     limit_dispatch_stream(&p.nats_url, 1).await;
     let job = |i: usize| {

@@ -3,6 +3,7 @@
 
 mod common;
 
+use chronoshard_wire::Dur;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -28,7 +29,10 @@ async fn the_only_run(api: &Api, job: &str) -> Value {
 async fn an_occurrence_fired_ahead_is_published_on_time_and_taken_back_by_a_pause_before() {
     let dir = tempfile::tempdir().unwrap();
     // a lead far longer than the test's set-up, so every occurrence is fired at once
-    let p = platform_with(dir.path(), |o| o.shard.fire_lead = Duration::from_secs(20)).await;
+    let p = platform_with(dir.path(), |o| {
+        o.settings.fire_lead = Dur(Duration::from_secs(20))
+    })
+    .await;
     let api = Api::new(&p);
     let mut hand = HandWorker::start(&p.nats_url, "ahead").await;
     let kept = api.create(&one_shot("acme", "kept", 4000)).await;
@@ -99,7 +103,8 @@ async fn an_occurrence_fired_ahead_is_published_on_time_and_taken_back_by_a_paus
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn after_a_restart_a_pause_before_due_still_takes_back_an_occurrence_fired_ahead() {
     let dir = tempfile::tempdir().unwrap();
-    let lead = |o: &mut chronoshard::dev::DevOptions| o.shard.fire_lead = Duration::from_secs(30);
+    let lead =
+        |o: &mut chronoshard::dev::DevOptions| o.settings.fire_lead = Dur(Duration::from_secs(30));
     let p = platform_with(dir.path(), lead).await;
     let api = Api::new(&p);
     let job = api.create(&one_shot("acme", "restarted", 10_000)).await;

@@ -3,6 +3,7 @@
 
 mod common;
 
+use chronoshard_wire::Dur;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -13,8 +14,8 @@ use serde_json::json;
 async fn occurrences_beyond_the_horizon_are_loaded_and_fire_without_gaps() {
     let dir = tempfile::tempdir().unwrap();
     let p = platform_with(dir.path(), |o| {
-        o.shard.horizon = Duration::from_millis(500);
-        o.shard.load_every = Duration::from_millis(100);
+        o.settings.horizon = Dur(Duration::from_millis(500));
+        o.settings.load_every = Dur(Duration::from_millis(100));
     })
     .await;
     let api = Api::new(&p);

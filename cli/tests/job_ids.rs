@@ -130,10 +130,12 @@ async fn a_cluster_from_an_earlier_version_keeps_its_job_index() {
     )
     .await
     .unwrap();
-    let cluster =
-        chronoshard_cluster::Cluster::connect(async_nats::connect(nats.url()).await.unwrap())
-            .await
-            .unwrap();
+    let cluster = chronoshard_cluster::Cluster::create(
+        async_nats::connect(nats.url()).await.unwrap(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
     cluster
         .js
         .get_key_value(names::SHARDS_BUCKET)

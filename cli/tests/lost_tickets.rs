@@ -4,6 +4,7 @@
 
 mod common;
 
+use chronoshard_wire::Dur;
 use std::time::Duration;
 
 use async_nats::jetstream;
@@ -19,7 +20,7 @@ async fn resent_total(api: &Api) -> u64 {
 async fn a_lost_ticket_is_sent_again_and_one_lost_too_often_is_dead_lettered() {
     let dir = tempfile::tempdir().unwrap();
     let p = platform_with(dir.path(), |o| {
-        o.shard.resend_after = Duration::from_secs(1)
+        o.settings.resend_after = Dur(Duration::from_secs(1))
     })
     .await;
     let api = Api::new(&p);

@@ -9,132 +9,59 @@
 mod common;
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
-    io::{BufRead, BufReader, Read},
+    collections::HashMap,
     path::Path,
-    process::{Child, Command, Output, Stdio},
-    sync::{Arc, Mutex},
+    process::{Command, Output},
+    sync::Mutex,
     time::{Duration, Instant},
 };
 
 use chrono::{DateTime, Utc};
-use common::*;
-use nix::{
-    sys::signal::{kill, Signal},
-    unistd::Pid,
+use common::{
+    cluster::{epochs, wait_settled},
+    process::{command, Process},
+    *,
 };
+use nix::sys::signal::Signal;
 use serde_json::{json, Value};
 
-/// `chronoshard` with only the environment the test gives it (the machine's `CHRONOSHARD_*`,
-/// `RUST_LOG` and backtrace settings stay out).
-fn command(args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_chronoshard"));
-    cmd.args(args);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CHRONOSHARD_") {
-            cmd.env_remove(k);
-        }
+/// A `chronoshard shard-node` child process.
+struct NodeProcess(Process);
+
+impl std::ops::Deref for NodeProcess {
+    type Target = Process;
+    fn deref(&self) -> &Process {
+        &self.0
     }
-    cmd.env_remove("RUST_LOG")
-        .env_remove("RUST_BACKTRACE")
-        .env_remove("RUST_LIB_BACKTRACE");
-    cmd
 }
 
-/// A `chronoshard shard-node` child process; its output lines are collected as they come.
-struct NodeProcess {
-    id: String,
-    child: Child,
-    out: Arc<Mutex<Vec<String>>>,
+impl std::ops::DerefMut for NodeProcess {
+    fn deref_mut(&mut self) -> &mut Process {
+        &mut self.0
+    }
 }
 
 impl NodeProcess {
     fn start(nats: &str, data: &Path, id: &str) -> NodeProcess {
-        let mut child = command(&["shard-node", "--nats", nats, "--node-id", id, "--data"])
-            .arg(data)
-            .env("CHRONOSHARD_LOG_JSON", "1")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let out = Arc::new(Mutex::new(Vec::new()));
-        collect(child.stdout.take().unwrap(), out.clone());
-        collect(child.stderr.take().unwrap(), out.clone());
-        NodeProcess {
-            id: id.to_string(),
-            child,
-            out,
-        }
-    }
-
-    fn lines(&self) -> Vec<String> {
-        self.out.lock().unwrap().clone()
-    }
-
-    async fn printed(&self, text: &str) {
-        wait_for(&format!("{} to print {text:?}", self.id), LONG, || async {
-            self.lines().iter().any(|l| l.contains(text)).then_some(())
-        })
-        .await
-        .unwrap();
+        let data = data.to_str().unwrap();
+        NodeProcess(Process::start(
+            id,
+            &[
+                "shard-node",
+                "--nats",
+                nats,
+                "--node-id",
+                id,
+                "--data",
+                data,
+            ],
+        ))
     }
 
     async fn ready(&self) {
-        self.printed(&format!("chronoshard shard-node {} is ready", self.id))
+        self.printed(&format!("chronoshard shard-node {} is ready", self.name))
             .await;
     }
-
-    /// Log records (JSON lines) whose message is `message`.
-    fn logged(&self, message: &str) -> usize {
-        self.lines()
-            .iter()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|v| v["fields"]["message"] == message)
-            .count()
-    }
-
-    fn signal(&self, s: Signal) {
-        kill(Pid::from_raw(self.child.id() as i32), s).unwrap();
-    }
-
-    /// Waits for the process to exit and returns its exit code (None: ended by a signal).
-    async fn exited(&mut self, within: Duration) -> Option<i32> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status.code();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} did not exit within {within:?}",
-                self.id
-            );
-            // Polling a child's exit status with a deadline, as `wait_for` does.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-impl Drop for NodeProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            let lines = self.lines();
-            eprintln!("--- last output of {} ---", self.id);
-            for l in &lines[lines.len().saturating_sub(60)..] {
-                eprintln!("{l}");
-            }
-        }
-    }
-}
-
-fn collect(from: impl Read + Send + 'static, into: Arc<Mutex<Vec<String>>>) {
-    std::thread::spawn(move || {
-        for line in BufReader::new(from).lines().map_while(Result::ok) {
-            into.lock().unwrap().push(line);
-        }
-    });
 }
 
 /// Runs `chronoshard` to its end (at most `within`).
@@ -144,46 +71,6 @@ async fn run_to_exit(mut cmd: Command, within: Duration) -> Output {
         .await
         .expect("the command exits in time")
         .unwrap()
-}
-
-/// The owner of each shard, when the shard map gives every shard to one of `nodes` and each of
-/// them is live with exactly its shards open (so old owners closed what moved away).
-async fn settled(api: &Api, nodes: &[&str]) -> Option<BTreeMap<String, BTreeSet<u64>>> {
-    let (_, map) = api.get("/v1/shards").await;
-    let (_, live) = api.get("/v1/nodes").await;
-    let shards = map["shards"].as_array()?;
-    if shards.len() as u64 != map["shard_count"].as_u64()? {
-        return None;
-    }
-    let mut assigned: BTreeMap<String, BTreeSet<u64>> = nodes
-        .iter()
-        .map(|n| (n.to_string(), BTreeSet::new()))
-        .collect();
-    for a in shards {
-        assigned
-            .get_mut(a["owner"].as_str()?)?
-            .insert(a["shard"].as_u64()?);
-    }
-    let open: BTreeMap<String, BTreeSet<u64>> = live["nodes"]
-        .as_array()?
-        .iter()
-        .map(|n| {
-            let shards = n["shards"].as_array().unwrap();
-            let shards = shards.iter().map(|s| s.as_u64().unwrap()).collect();
-            (n["node_id"].as_str().unwrap().to_string(), shards)
-        })
-        .collect();
-    (open == assigned && assigned.values().all(|s| !s.is_empty())).then_some(assigned)
-}
-
-async fn epochs(api: &Api) -> HashMap<u64, u64> {
-    let (_, map) = api.get("/v1/shards").await;
-    map["shards"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| (a["shard"].as_u64().unwrap(), a["epoch"].as_u64().unwrap()))
-        .collect()
 }
 
 /// Creates a job as a client that retries a 503 under one Idempotency-Key; returns the job and
@@ -252,24 +139,14 @@ async fn a_shard_node_process_takes_shards_and_a_kill_moves_them_back_with_every
     .await;
     let api = Api::new(&p);
     let sink = HttpSink::start().await.unwrap();
-    wait_for("node-1 to own every shard", LONG, || {
-        settled(&api, &["node-1"])
-    })
-    .await
-    .unwrap();
+    wait_settled(&api, &["node-1"]).await;
 
     // Joining: the balanced strategy moves half the shards; each move bumps the epoch, which
     // shuts node-1 out of those shard databases.
     let started = Instant::now();
     let mut node = NodeProcess::start(&p.nats_url, dir.path(), "node-x");
     node.ready().await;
-    let owners = wait_for(
-        "node-x and node-1 to own and open four shards each",
-        LONG,
-        || settled(&api, &["node-1", "node-x"]),
-    )
-    .await
-    .unwrap();
+    let owners = wait_settled(&api, &["node-1", "node-x"]).await;
     let joined_in = started.elapsed();
     let mine = owners["node-x"].clone();
     assert_eq!((mine.len(), owners["node-1"].len()), (4, 4), "{owners:?}");
@@ -340,13 +217,7 @@ async fn a_shard_node_process_takes_shards_and_a_kill_moves_them_back_with_every
         one_shots.push(job["id"].as_str().unwrap().to_string());
     }
     assert_eq!(refused, 0, "creates answered 503 during the failover");
-    let owners = wait_for(
-        "node-1 to own and open every shard again",
-        Duration::from_secs(60),
-        || settled(&api, &["node-1"]),
-    )
-    .await
-    .unwrap();
+    let owners = wait_settled(&api, &["node-1"]).await;
     let moved_back_in = killed.elapsed();
     assert_eq!(owners["node-1"].len(), 8);
     let e = epochs(&api).await;
@@ -444,11 +315,7 @@ async fn sigterm_stops_a_shard_node_cleanly_and_its_id_is_refused_while_it_lives
     let start = |id: &str| NodeProcess::start(&p.nats_url, dir.path(), id);
     let mut node = start("node-y");
     node.ready().await;
-    wait_for("node-y to own shards", LONG, || {
-        settled(&api, &["node-1", "node-y"])
-    })
-    .await
-    .unwrap();
+    wait_settled(&api, &["node-1", "node-y"]).await;
 
     // A second process under a live node's id is refused.
     let mut cmd = command(&["shard-node", "--nats", &p.nats_url, "--node-id", "node-y"]);
@@ -458,19 +325,15 @@ async fn sigterm_stops_a_shard_node_cleanly_and_its_id_is_refused_while_it_lives
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("node id node-y is in use"), "{err}");
 
-    // Killed, its entry is still listed (for up to 6 s): a restart under the same id does not
-    // wait for that, and takes the same shards back.
+    // Killed, its entry is still listed (as lost, for a minute): a restart under the same id
+    // does not wait for that, and takes the same shards back.
     node.signal(Signal::SIGKILL);
     node.exited(LONG).await;
     let restarted = Instant::now();
     let mut node = start("node-y");
     node.ready().await;
     let ready_in = restarted.elapsed();
-    let owners = wait_for("the restarted node-y to own shards", LONG, || {
-        settled(&api, &["node-1", "node-y"])
-    })
-    .await
-    .unwrap();
+    let owners = wait_settled(&api, &["node-1", "node-y"]).await;
     let mine = owners["node-y"].len();
 
     let stopping = Instant::now();
@@ -489,11 +352,7 @@ async fn sigterm_stops_a_shard_node_cleanly_and_its_id_is_refused_while_it_lives
             .all(|n| n["node_id"] != "node-y"),
         "{nodes}"
     );
-    wait_for("node-1 to own every shard again", LONG, || {
-        settled(&api, &["node-1"])
-    })
-    .await
-    .unwrap();
+    wait_settled(&api, &["node-1"]).await;
     eprintln!(
         "timing: a restart after kill -9 was ready in {ready_in:?}; SIGTERM to exit {stopped_in:?}; \
          every shard back on node-1 {:?} after the SIGTERM",
@@ -522,135 +381,4 @@ async fn an_unreachable_nats_is_a_clear_error() {
         "{err}"
     );
     assert!(!String::from_utf8_lossy(&out.stdout).contains("is ready"));
-}
-
-fn dumped(out: &Output) -> toml::Table {
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    toml::from_str(&String::from_utf8_lossy(&out.stdout)).unwrap()
-}
-
-fn shard_node(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut cmd = command(&["shard-node"]);
-    cmd.args(args).envs(env.iter().copied());
-    cmd.output().unwrap()
-}
-
-#[test]
-fn settings_come_from_the_file_variables_and_flags_with_the_shard_defaults() {
-    // The defaults are the shard node's own.
-    let t = dumped(&shard_node(
-        &["--node-id", "n", "--data", "d", "--dump-config"],
-        &[],
-    ));
-    let d = chronoshard_shard_node::ShardConfig::default();
-    let dur = |k: &str| {
-        t[k].as_str()
-            .unwrap()
-            .parse::<chronoshard_wire::duration::Dur>()
-            .unwrap()
-            .0
-    };
-    assert_eq!(dur("horizon"), d.horizon);
-    assert_eq!(dur("load_every"), d.load_every);
-    assert_eq!(dur("fire_lead"), d.fire_lead);
-    assert_eq!(dur("resend_after"), d.resend_after);
-    assert_eq!(
-        t["publish_window"].as_integer(),
-        Some(d.publish_window as i64)
-    );
-    assert_eq!(t["nats"].as_str(), Some("nats://127.0.0.1:4222"));
-    assert!(t.get("postgres").is_none());
-
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("node.toml");
-    std::fs::write(
-        &file,
-        "node_id = \"n-file\"\ndata = \"/srv/cs\"\nhorizon = \"10m\"\npublish_window = 64\n",
-    )
-    .unwrap();
-    let path = file.to_str().unwrap();
-    let t = dumped(&shard_node(&["--config", path, "--dump-config"], &[]));
-    assert_eq!(t["node_id"].as_str(), Some("n-file"));
-    assert_eq!(t["data"].as_str(), Some("/srv/cs"));
-    assert_eq!(t["horizon"].as_str(), Some("10m"));
-    assert_eq!(t["publish_window"].as_integer(), Some(64));
-    assert_eq!(t["fire_lead"].as_str(), Some("200ms"));
-
-    let env = [
-        ("CHRONOSHARD_CONFIG", path),
-        ("CHRONOSHARD_HORIZON", "20m"),
-        ("CHRONOSHARD_NODE_ID", "n-env"),
-    ];
-    let t = dumped(&shard_node(&["--dump-config"], &env));
-    assert_eq!(t["horizon"].as_str(), Some("20m"), "variable over file");
-    assert_eq!(t["node_id"].as_str(), Some("n-env"), "variable over file");
-    assert_eq!(
-        t["publish_window"].as_integer(),
-        Some(64),
-        "file named by the variable"
-    );
-    let t = dumped(&shard_node(&["--horizon", "30m", "--dump-config"], &env));
-    assert_eq!(t["horizon"].as_str(), Some("30m"), "flag over variable");
-
-    // What --dump-config prints reads back to the same settings.
-    let again = dir.path().join("again.toml");
-    std::fs::write(&again, toml::to_string(&t).unwrap()).unwrap();
-    let t2 = dumped(&shard_node(
-        &["--config", again.to_str().unwrap(), "--dump-config"],
-        &[],
-    ));
-    assert_eq!(t2, t);
-}
-
-#[test]
-fn bad_settings_are_refused_with_the_setting_named() {
-    let dir = tempfile::tempdir().unwrap();
-    let cases = [
-        ("nodeid = \"x\"\n", "unknown field `nodeid`"),
-        (
-            "node_id = \"n\"\ndata = \"d\"\nhorizon = \"soon\"\n",
-            "horizon",
-        ),
-        (
-            "node_id = \"n\"\ndata = \"d\"\npublish_window = 0\n",
-            "--publish-window",
-        ),
-        (
-            "node_id = \"n.1\"\ndata = \"d\"\n",
-            "--node-id \"n.1\": must be 1-64 characters",
-        ),
-        ("node_id = \"n\"\n", "give --data DIR"),
-        (
-            "node_id = \"n\"\ndata = \"d\"\npostgres = \"postgres://db/cs\"\n",
-            "--data and --postgres both given",
-        ),
-        (
-            "node_id = \"n\"\ndata = \"d\"\nload_every = \"0s\"\n",
-            "--load-every",
-        ),
-        (
-            "node_id = \"n\"\ndata = \"d\"\nhorizon = \"1s\"\nload_every = \"5s\"\n",
-            "--horizon",
-        ),
-    ];
-    for (text, says) in cases {
-        let file = dir.path().join("bad.toml");
-        std::fs::write(&file, text).unwrap();
-        let out = shard_node(&["--config", file.to_str().unwrap(), "--dump-config"], &[]);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{text} was accepted");
-        assert!(err.contains(says), "{text}: {err}");
-    }
-    // The same rules for flags, before anything connects.
-    let out = shard_node(&["--node-id", "a b", "--data", "d"], &[]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--node-id \"a b\""));
-    let out = shard_node(&["--data", "d", "--dump-config"], &[]);
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("--node-id"),
-        "the node id is required"
-    );
 }

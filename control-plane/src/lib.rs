@@ -1,38 +1,72 @@
-//! The control plane: the REST API, routing of job operations to shard owners, and the shard
-//! map (which live node owns which shard, under which epoch).
+//! The control plane: the REST API, routing of job operations to shard owners, the leader lease
+//! among replicas, and the shard map (which live node owns which shard, under which epoch).
 //!
 //! - `api`: HTTP handlers, one file per resource, and the one error-to-HTTP mapping;
 //! - `routing`: tenant → shard (consistent hashing) and request-reply to the owner;
-//! - `assign`: the loop that keeps every shard assigned;
+//! - `leader`: the lease that makes exactly one replica the leader;
+//! - `assign`: the leader's loop that keeps every shard assigned (`assign::plan` is pure);
 //! - `liveness`: which nodes are alive, from the registry's changes (pure).
 //!
 //! It keeps no database of its own: cluster state lives in JetStream KV, jobs in shard databases.
+//! Every replica serves the whole API; only the leader writes the shard map.
 
 pub mod api;
 pub mod assign;
+pub mod leader;
 pub mod liveness;
 pub mod routing;
 
-use std::{net::SocketAddr, sync::Arc};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use chronoshard_cluster::{Cluster, Connections};
-use chronoshard_wire::rpc::ClusterConfig;
-use tokio::{net::TcpListener, task::JoinHandle};
+use chronoshard_cluster::{Cluster, Connections, Topology};
+use chronoshard_wire::{
+    rpc::{ClusterConfig, ReplicaInfo, Sharding},
+    settings::{Settings, VersionedSettings},
+};
+use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn, Instrument};
 
-/// How to run a control plane.
+/// Shards of a new cluster when nobody says.
+pub const DEFAULT_SHARDS: u32 = 8;
+
+/// How to run a control-plane replica.
 #[derive(Clone, Debug)]
 pub struct Options {
+    /// This replica's id, unique among the replicas (`GET /v1/cluster` lists them by it).
+    pub id: String,
     /// Bearer token with full access.
     pub admin_token: String,
-    /// Shard count for a new cluster; an existing cluster keeps its own.
-    pub shard_count: u32,
+    /// Shard count of a new cluster (None: `DEFAULT_SHARDS`); given for an existing cluster, it
+    /// must be the cluster's.
+    pub shard_count: Option<u32>,
+    /// Sharding mode of a new cluster (None: tenant); given for an existing one, it must match.
+    pub sharding: Option<Sharding>,
+    /// Stream and bucket replicas (see `Topology`).
+    pub replicas: usize,
+    /// The live settings a new cluster starts with.
+    pub settings: Settings,
     /// Nodes to wait for before the first assignment of a new cluster.
     pub min_nodes: usize,
     /// Shards of nodes in this process, called without NATS (`chronoshard dev` shares one
     /// with its nodes); a default one is empty and every call goes over NATS.
     pub local: chronoshard_cluster::LocalShards,
+}
+
+impl Options {
+    /// A replica with these ids and the defaults for everything else.
+    pub fn new(id: impl Into<String>, admin_token: impl Into<String>) -> Options {
+        Options {
+            id: id.into(),
+            admin_token: admin_token.into(),
+            shard_count: None,
+            sharding: None,
+            replicas: 1,
+            settings: Settings::DEFAULT,
+            min_nodes: 1,
+            local: Default::default(),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -41,21 +75,44 @@ pub enum Error {
     Cluster(#[from] chronoshard_cluster::Error),
     #[error("http: {0}")]
     Io(#[from] std::io::Error),
+    /// A creation setting given to a replica differs from the cluster's.
+    #[error(
+        "the cluster was created with {setting} {cluster}, this replica was given {given}; \
+             start it with {setting} {cluster} (or without it)"
+    )]
+    Mismatch {
+        setting: &'static str,
+        cluster: String,
+        given: String,
+    },
+    #[error("{0}")]
+    Unsupported(&'static str),
+    #[error("invalid settings: {0}")]
+    Settings(#[from] chronoshard_wire::settings::SettingsError),
 }
 
-/// A running control plane.
+/// A running control-plane replica.
 #[derive(Clone, Debug)]
 pub struct Handle {
     pub addr: SocketAddr,
     pub shard_count: u32,
+    pub leadership: watch::Receiver<leader::Leadership>,
+}
+
+impl Handle {
+    /// Whether this replica leads now.
+    pub fn is_leading(&self) -> bool {
+        self.leadership.borrow().is_leading()
+    }
 }
 
 pub struct ControlPlane;
 
 impl ControlPlane {
-    /// Serves the API on `listener` and keeps the shard map assigned until `shutdown`. The API's
-    /// shard requests go on the data connection; the assignment loop reads the registry and
-    /// writes the shard map on the membership one, so an API flood cannot delay a failover.
+    /// Creates or joins the cluster, serves the API on `listener`, and takes part in the leader
+    /// election until `shutdown`. The API's shard requests go on the data connection; the
+    /// election, the registry and the shard map on the membership one, so an API flood cannot
+    /// delay a failover.
     pub async fn start(
         opts: Options,
         nats: impl Into<Connections>,
@@ -63,12 +120,48 @@ impl ControlPlane {
         shutdown: CancellationToken,
     ) -> Result<(Handle, JoinHandle<()>), Error> {
         let nats = nats.into();
-        let cluster = Cluster::connect(nats.data.clone()).await?;
+        opts.settings.validate()?;
+        if opts.sharding == Some(Sharding::TimeWindow) {
+            return Err(Error::Unsupported(
+                "time_window sharding is not available in this version; use --sharding tenant",
+            ));
+        }
+        let topology = Topology {
+            replicas: opts.replicas,
+        };
+        let cluster = Cluster::create(nats.data.clone(), &topology).await?;
         let membership = Cluster::connect(nats.membership).await?;
-        let config = cluster
-            .init_config(&ClusterConfig::new(opts.shard_count))
-            .await?;
+        let config = join_or_create(&cluster, &opts).await?;
+        let initial = cluster.init_settings(opts.settings).await?;
+        let settings = membership.follow_settings(initial.settings, shutdown.clone());
         let addr = listener.local_addr()?;
+        let (leader_tx, leadership) = watch::channel(leader::Leadership::default());
+        let span = tracing::info_span!("control_plane", replica = %opts.id);
+        let election = tokio::spawn(
+            leader::run(
+                membership.clone(),
+                opts.id.clone(),
+                settings.clone(),
+                leader_tx,
+                shutdown.clone(),
+            )
+            .instrument(span.clone()),
+        );
+        let assigner = tokio::spawn(
+            assign::Assigner {
+                cluster: membership.clone(),
+                shard_count: config.shard_count,
+                min_nodes: opts.min_nodes,
+                settings: settings.clone(),
+                leadership: leadership.clone(),
+            }
+            .run(shutdown.clone())
+            .instrument(span.clone()),
+        );
+        let beat = tokio::spawn(
+            replica_heartbeat(membership, opts.id.clone(), addr, shutdown.clone())
+                .instrument(span.clone()),
+        );
         let state = api::AppState::new(api::Shared {
             router: routing::Router::new(
                 nats.data,
@@ -78,31 +171,92 @@ impl ControlPlane {
             ),
             cluster: cluster.clone(),
             admin_token: Arc::from(opts.admin_token.as_str()),
+            replica: opts.id.clone(),
+            config: config.clone(),
+            settings,
+            leadership: leadership.clone(),
         });
-        let assigner = tokio::spawn(assign::run(
-            membership,
-            config.shard_count,
-            opts.min_nodes,
-            shutdown.clone(),
-        ));
         let app = api::app(state);
         let stop = shutdown.clone();
-        let task = tokio::spawn(async move {
-            info!(%addr, shards = config.shard_count, "control plane listening");
-            if let Err(e) = axum::serve(listener, app)
-                .with_graceful_shutdown(stop.cancelled_owned())
-                .await
-            {
-                tracing::error!(error = %e, "http server failed");
+        let task = tokio::spawn(
+            async move {
+                info!(%addr, shards = config.shard_count, "control plane listening");
+                if let Err(e) = axum::serve(listener, app)
+                    .with_graceful_shutdown(stop.cancelled_owned())
+                    .await
+                {
+                    tracing::error!(error = %e, "http server failed");
+                }
+                let _ = tokio::join!(assigner, election, beat);
             }
-            let _ = assigner.await;
-        });
+            .instrument(span),
+        );
         Ok((
             Handle {
                 addr,
                 shard_count: config.shard_count,
+                leadership,
             },
             task,
         ))
     }
 }
+
+/// The cluster's config: created from the options when there is none, else checked against them.
+async fn join_or_create(cluster: &Cluster, opts: &Options) -> Result<ClusterConfig, Error> {
+    let wanted = ClusterConfig::new(
+        opts.shard_count.unwrap_or(DEFAULT_SHARDS),
+        opts.sharding.unwrap_or_default(),
+    );
+    let config = cluster.init_config(&wanted).await?;
+    if let Some(given) = opts.shard_count.filter(|n| *n != config.shard_count) {
+        return Err(Error::Mismatch {
+            setting: "--shards",
+            cluster: config.shard_count.to_string(),
+            given: given.to_string(),
+        });
+    }
+    if let Some(given) = opts.sharding.filter(|s| *s != config.sharding) {
+        return Err(Error::Mismatch {
+            setting: "--sharding",
+            cluster: config.sharding.to_string(),
+            given: given.to_string(),
+        });
+    }
+    Ok(config)
+}
+
+/// How often a replica puts its heartbeat (for `GET /v1/cluster`; the lease decides leadership).
+const REPLICA_HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// Puts this replica's entry until `stop`, then removes it.
+async fn replica_heartbeat(
+    cluster: Cluster,
+    id: String,
+    addr: SocketAddr,
+    stop: CancellationToken,
+) {
+    let started_at = chrono::Utc::now();
+    let mut every = tokio::time::interval(REPLICA_HEARTBEAT);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = every.tick() => {}
+        }
+        let info = ReplicaInfo {
+            id: id.clone(),
+            http: addr.to_string(),
+            started_at,
+            heartbeat_at: chrono::Utc::now(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        };
+        if let Err(e) = cluster.heartbeat_replica(&info).await {
+            warn!(error = %e, "replica heartbeat failed");
+        }
+    }
+    let _ = cluster.forget_replica(&id).await;
+}
+
+/// The settings a replica has now (`GET /v1/settings`).
+pub type SettingsRx = watch::Receiver<VersionedSettings>;

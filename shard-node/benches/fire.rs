@@ -73,7 +73,7 @@ use chronoshard_cluster::Cluster;
 use chronoshard_shard_node::{Databases, Handle, Options, ShardConfig, ShardNode};
 use chronoshard_telemetry::metrics;
 use chronoshard_test_util::Nats;
-use chronoshard_wire::{names, Ticket};
+use chronoshard_wire::{names, settings::Settings, Dur, Ticket};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -474,7 +474,6 @@ struct Env {
     jobs: Vec<BenchJob>,
     shutdown: CancellationToken,
     shards: u32,
-    fire_lead: Duration,
 }
 
 impl Env {
@@ -482,8 +481,12 @@ impl Env {
     async fn start(cfg: &Config, at: impl Fn(usize) -> i64, n: usize) -> Res<Env> {
         let began = Instant::now();
         let nats = Nats::start().await?;
-        let cluster = Cluster::connect(nats.client().await?).await?;
-        assign_all(&cluster, cfg.shards, NODE).await?;
+        let cluster = Cluster::create(nats.client().await?, &Default::default()).await?;
+        let settings = Settings {
+            fire_lead: Dur(cfg.fire_lead),
+            ..Settings::DEFAULT
+        };
+        assign_all(&cluster, cfg.shards, NODE, settings).await?;
         let data = tempfile::tempdir()?;
         let mut per_shard: Vec<Vec<(usize, i64)>> = vec![Vec::new(); cfg.shards as usize];
         for i in 0..n {
@@ -520,7 +523,6 @@ impl Env {
             jobs,
             shutdown: CancellationToken::new(),
             shards: cfg.shards,
-            fire_lead: cfg.fire_lead,
         })
     }
 
@@ -528,10 +530,6 @@ impl Env {
         let opts = Options {
             node_id: NODE.into(),
             databases: Databases::Sqlite(self.data.path().to_path_buf()),
-            shard: ShardConfig {
-                fire_lead: self.fire_lead,
-                ..ShardConfig::default()
-            },
             local: Default::default(),
         };
         let client = self.nats.client().await?;

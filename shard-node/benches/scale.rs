@@ -76,6 +76,7 @@ use chronoshard_test_util::Nats;
 use chronoshard_wire::{
     names,
     rpc::{ShardReply, ShardRequest},
+    settings::Settings,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
@@ -331,8 +332,8 @@ async fn measure(cfg: &Config, n: usize, pg: Option<&chronoshard_test_util::Post
 
 async fn measure_on(cfg: &Config, n: usize, dbs: &Databases, data: &Path) -> Res<Row> {
     let nats = Nats::start().await?;
-    let cluster = Cluster::connect(nats.client().await?).await?;
-    assign_all(&cluster, cfg.shards, NODE).await?;
+    let cluster = Cluster::create(nats.client().await?, &Default::default()).await?;
+    assign_all(&cluster, cfg.shards, NODE, Settings::DEFAULT).await?;
     let began = Instant::now();
     // Pass 1: every job due two hours or more from now; pass 2: the nearer ones, counted from now.
     let (far, _) = seed(cfg, dbs, n, Pass::Far, began).await?;
@@ -536,7 +537,6 @@ async fn node_process(p: NodeParams, began: Instant) -> Res<()> {
             Some(url) => Databases::Postgres(url.clone()),
             None => Databases::Sqlite(p.data.clone().into()),
         },
-        shard: ShardConfig::default(),
         local: Default::default(),
     };
     let start = Instant::now();

@@ -8,6 +8,8 @@ use serde_json::Value;
 
 pub use chronoshard_test_util::{wait_for, HttpSink};
 
+pub mod cluster;
+pub mod process;
 pub mod worker;
 
 /// A platform on a free port with its data in `dir`: 2 shard nodes, 8 shards, 1 worker.
@@ -33,10 +35,18 @@ pub struct Api {
 
 impl Api {
     pub fn new(p: &Platform) -> Api {
+        Api::at(&p.url, &p.token)
+    }
+
+    /// A client of the API at `base` (`http://host:port`).
+    pub fn at(base: &str, token: &str) -> Api {
         Api {
-            base: p.url.clone(),
-            http: reqwest::Client::new(),
-            token: p.token.clone(),
+            base: base.to_string(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(20))
+                .build()
+                .unwrap(),
+            token: token.to_string(),
         }
     }
 

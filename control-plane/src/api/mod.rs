@@ -11,6 +11,7 @@ pub mod error;
 pub mod jobs;
 pub mod ops;
 pub mod schedule;
+pub mod settings;
 pub mod tenants;
 pub mod workers;
 
@@ -47,6 +48,11 @@ pub struct Shared {
     pub router: ShardRouter,
     pub cluster: Cluster,
     pub admin_token: Arc<str>,
+    /// This replica's id.
+    pub replica: String,
+    pub config: chronoshard_wire::rpc::ClusterConfig,
+    pub settings: crate::SettingsRx,
+    pub leadership: tokio::sync::watch::Receiver<crate::leader::Leadership>,
 }
 
 impl AppState {
@@ -78,7 +84,7 @@ Errors are application/problem+json (RFC 9457) with a stable `code`; input error
         (name = "dlq", description = "Dead letters: tickets whose attempts ran out, and their replay"),
         (name = "tenants", description = "Tenant-wide pause, resume and trigger"),
         (name = "schedule", description = "Schedule evaluation"),
-        (name = "cluster", description = "Shards, nodes and workers"),
+        (name = "cluster", description = "Control-plane replicas and the leader, shards, nodes, workers and live settings"),
         (name = "operations", description = "Health, readiness, metrics (no token)")
     )
 )]
@@ -114,6 +120,10 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(schedule::preview))
         .routes(routes!(cluster::list_shards))
         .routes(routes!(cluster::list_nodes))
+        .routes(routes!(cluster::drain_node))
+        .routes(routes!(cluster::undrain_node))
+        .routes(routes!(cluster::get_cluster))
+        .routes(routes!(settings::get_settings, settings::put_settings))
         .routes(routes!(workers::list_workers))
         .routes(routes!(workers::drain_worker))
         .routes(routes!(ops::healthz))

@@ -16,9 +16,10 @@ pub use placement::{mint_job_id, Placement};
 
 use crate::api::error::ApiError;
 
-/// How long a call keeps retrying while a shard is moving or its owner is starting: longer than
-/// a failover after a node dies (its heartbeat expires after 6 s, then an assignment pass and
-/// the shard's opening), so a create in that window waits for the new owner instead of failing.
+/// How long a call keeps retrying while a shard is moving or its owner is starting: well past a
+/// failover after a node dies (its heartbeat TTL, 1.5 s by default, then an assignment pass and
+/// the shard's opening) and a NATS stream leader's re-election, so a create in that window waits
+/// for the new owner instead of failing.
 const CALL_DEADLINE: Duration = Duration::from_secs(12);
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
 

@@ -32,7 +32,7 @@ async fn run() -> Res<()> {
     let shards = env_num("STATE_BENCH_SHARDS", 1024)? as u32;
     let reads = env_num("STATE_BENCH_READS", 20)?.max(1);
     let nats = chronoshard_test_util::Nats::start().await?;
-    let cluster = Cluster::connect(nats.client().await?).await?;
+    let cluster = Cluster::create(nats.client().await?, &Default::default()).await?;
     for shard in 0..shards {
         let a = ShardAssignment {
             shard,

@@ -1,13 +1,20 @@
 //! The JetStream topology every process relies on (streams, KV buckets) and typed access to the
-//! cluster state kept in KV: the cluster config, the shard map, node and worker heartbeats and the
-//! job index.
+//! cluster state kept in KV: the cluster config and live settings, the shard map, drains, node,
+//! worker and control-plane heartbeats, the leader lease and the job index.
 //!
-//! Every role calls `Cluster::connect`, which creates what is missing and leaves what exists, so
-//! any process can start first. This crate must not decide anything (who owns a shard is the
-//! control plane's decision): it reads and writes state and nothing else. `local` is the one
-//! piece that is not in KV: the map of shards served in this process (see its doc).
+//! The control plane creates the topology (`Cluster::create`, with the replica count operators
+//! chose); every other role opens it (`Cluster::connect`) and waits for a control plane when it
+//! is not there yet, so no node or worker can create a stream with the wrong replica count. This
+//! crate must not decide anything (who owns a shard, who leads, is the control plane's decision):
+//! it reads and writes state and nothing else. `local` is the one piece that is not in KV: the map
+//! of shards served in this process (see its doc).
 
+mod follow;
+mod lease;
 mod local;
+mod read;
+mod registry;
+mod shard_map;
 #[cfg(test)]
 mod tests;
 
@@ -19,26 +26,27 @@ use async_nats::jetstream::{
     stream::{self, DiscardPolicy, RetentionPolicy, StorageType},
     Context,
 };
-use bytes::Bytes;
-use chronoshard_wire::{
-    names,
-    rpc::{ClusterConfig, NodeInfo, ShardAssignment, WorkerInfo},
-};
-use futures::TryStreamExt;
-use serde::{de::DeserializeOwned, Serialize};
+use chronoshard_wire::names;
 use tracing::{info, warn};
 
+pub use lease::{LeaseEntry, LeaseWatch};
 pub use local::{LocalCall, LocalShards, Registration};
 
-/// How long a node or worker stays listed after its last heartbeat.
+/// How long a worker stays listed after its last heartbeat.
 pub const HEARTBEAT_TTL: Duration = Duration::from_secs(6);
-/// How often nodes and workers send a heartbeat.
+/// How often workers send a heartbeat (shard nodes follow the cluster settings instead).
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+/// How long a shard node's or control plane's entry stays in its registry after its last
+/// heartbeat: long enough past any heartbeat TTL the settings allow for the API to show a lost
+/// node as lost before it disappears. Liveness itself is decided by the settings' TTL.
+pub const REGISTRY_KEEP: Duration = Duration::from_secs(60);
 /// Publish acks one connection may await at once (all shards of a node share a connection).
 pub const MAX_ACKS_IN_FLIGHT: usize = 1 << 17;
 /// Largest dispatch backlog the stream holds before publishes are refused (`discard: new`), so a
 /// flood of due tickets slows the shard nodes instead of growing without bound.
 pub const DISPATCH_MAX_BYTES: i64 = 1 << 30;
+/// How often a role that opens the cluster checks whether a control plane has created it.
+const WAIT_FOR_TOPOLOGY: Duration = Duration::from_millis(500);
 
 /// A role's two connections to NATS (shard nodes and workers).
 ///
@@ -55,7 +63,8 @@ pub struct Connections {
 }
 
 impl Connections {
-    /// Opens both to `url`, named `name` and `name membership` (as nats-server lists them).
+    /// Opens both to `url` (one server, or several separated by commas: the servers of a NATS
+    /// cluster), named `name` and `name membership` (as nats-server lists them).
     pub async fn connect(url: &str, name: &str) -> Result<Connections> {
         Ok(Connections {
             data: open(url, name.to_string()).await?,
@@ -68,6 +77,7 @@ impl Connections {
 /// consumers, errors) are logged and counted: under load they explain stalls that nothing else
 /// shows, and async-nats reports them nowhere unless asked.
 async fn open(url: &str, name: String) -> Result<async_nats::Client> {
+    let servers = server_addrs(url)?;
     let label = name.clone();
     async_nats::ConnectOptions::new()
         .name(name)
@@ -75,9 +85,18 @@ async fn open(url: &str, name: String) -> Result<async_nats::Client> {
             note_event(&label, &event);
             std::future::ready(())
         })
-        .connect(url)
+        .connect(servers)
         .await
         .map_err(nats("connect"))
+}
+
+/// The servers of a NATS URL list: `nats://a:4222,nats://b:4222` (a client connects to one of them
+/// and fails over to the others, and to those the cluster announces).
+pub fn server_addrs(url: &str) -> Result<Vec<async_nats::ServerAddr>> {
+    url.split(',')
+        .map(|u| u.trim().parse::<async_nats::ServerAddr>())
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(nats("parse the NATS URL"))
 }
 
 fn note_event(connection: &str, event: &async_nats::Event) {
@@ -156,6 +175,7 @@ struct Buckets {
     nodes: Store,
     shards: Store,
     workers: Store,
+    control: Store,
     /// Opened on first use: only clusters with `JobIds::Indexed` have one.
     job_index: tokio::sync::OnceCell<Store>,
 }
@@ -166,43 +186,94 @@ impl std::fmt::Debug for Cluster {
     }
 }
 
+/// How the control plane lays the streams and buckets out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Topology {
+    /// Copies JetStream keeps of every stream and bucket: 1 on one server, 3 on a 3-node NATS
+    /// cluster (a server may then die without losing or blocking anything).
+    pub replicas: usize,
+}
+
+impl Default for Topology {
+    fn default() -> Self {
+        Topology { replicas: 1 }
+    }
+}
+
+impl Topology {
+    fn streams(&self) -> [stream::Config; 2] {
+        [
+            stream::Config {
+                name: names::DISPATCH_STREAM.into(),
+                subjects: vec![names::DISPATCH_SUBJECTS.into()],
+                retention: RetentionPolicy::WorkQueue,
+                storage: StorageType::File,
+                discard: DiscardPolicy::New,
+                max_bytes: DISPATCH_MAX_BYTES,
+                duplicate_window: Duration::from_secs(120),
+                num_replicas: self.replicas,
+                ..Default::default()
+            },
+            stream::Config {
+                name: names::RESULT_STREAM.into(),
+                subjects: vec![names::RESULT_SUBJECTS.into()],
+                retention: RetentionPolicy::WorkQueue,
+                storage: StorageType::File,
+                duplicate_window: Duration::from_secs(120),
+                num_replicas: self.replicas,
+                ..Default::default()
+            },
+        ]
+    }
+
+    fn bucket(&self, name: &str, history: i64, max_age: Duration) -> kv::Config {
+        kv::Config {
+            bucket: name.to_string(),
+            history,
+            max_age,
+            storage: StorageType::File,
+            num_replicas: self.replicas,
+            ..Default::default()
+        }
+    }
+
+    /// Nodes, shards, workers, control.
+    fn buckets(&self) -> [kv::Config; 4] {
+        [
+            self.bucket(names::NODES_BUCKET, 1, REGISTRY_KEEP),
+            self.bucket(names::SHARDS_BUCKET, 5, Duration::ZERO),
+            self.bucket(names::WORKERS_BUCKET, 1, HEARTBEAT_TTL),
+            self.bucket(names::CONTROL_BUCKET, 1, REGISTRY_KEEP),
+        ]
+    }
+}
+
+/// A JetStream context whose publishes never wait for another's ack permit.
+fn context(client: async_nats::Client) -> Context {
+    // Publishers bound their own windows; the context must never make a publish wait for an
+    // ack permit another shard's dispatcher holds (that can deadlock), so a full context is
+    // an error the dispatcher retries, and the limit is far above the sum of the windows.
+    jetstream::ContextBuilder::new()
+        .backpressure_on_inflight(false)
+        .max_ack_inflight(MAX_ACKS_IN_FLIGHT)
+        .ack_timeout(Duration::from_secs(10))
+        .build(client)
+}
+
 impl Cluster {
-    /// Creates the streams and buckets that do not exist yet and returns handles on them.
-    pub async fn connect(client: async_nats::Client) -> Result<Cluster> {
-        // Publishers bound their own windows; the context must never make a publish wait for an
-        // ack permit another shard's dispatcher holds (that can deadlock), so a full context is
-        // an error the dispatcher retries, and the limit is far above the sum of the windows.
-        let js = jetstream::ContextBuilder::new()
-            .backpressure_on_inflight(false)
-            .max_ack_inflight(MAX_ACKS_IN_FLIGHT)
-            .ack_timeout(Duration::from_secs(10))
-            .build(client.clone());
-        js.get_or_create_stream(stream::Config {
-            name: names::DISPATCH_STREAM.into(),
-            subjects: vec![names::DISPATCH_SUBJECTS.into()],
-            retention: RetentionPolicy::WorkQueue,
-            storage: StorageType::File,
-            discard: DiscardPolicy::New,
-            max_bytes: DISPATCH_MAX_BYTES,
-            duplicate_window: Duration::from_secs(120),
-            ..Default::default()
-        })
-        .await
-        .map_err(nats("create dispatch stream"))?;
-        js.get_or_create_stream(stream::Config {
-            name: names::RESULT_STREAM.into(),
-            subjects: vec![names::RESULT_SUBJECTS.into()],
-            retention: RetentionPolicy::WorkQueue,
-            storage: StorageType::File,
-            duplicate_window: Duration::from_secs(120),
-            ..Default::default()
-        })
-        .await
-        .map_err(nats("create result stream"))?;
+    /// Creates the streams and buckets that do not exist yet, with `topology`'s replica count,
+    /// brings existing ones to it, and returns handles on them. The control plane's call.
+    pub async fn create(client: async_nats::Client, topology: &Topology) -> Result<Cluster> {
+        let js = context(client.clone());
+        for config in topology.streams() {
+            ensure_stream(&js, config).await?;
+        }
+        let [nodes, shards, workers, control] = topology.buckets();
         let buckets = Buckets {
-            nodes: ensure_bucket(&js, bucket(names::NODES_BUCKET, 1, HEARTBEAT_TTL)).await?,
-            shards: ensure_bucket(&js, bucket(names::SHARDS_BUCKET, 5, Duration::ZERO)).await?,
-            workers: ensure_bucket(&js, bucket(names::WORKERS_BUCKET, 1, HEARTBEAT_TTL)).await?,
+            nodes: ensure_bucket(&js, nodes).await?,
+            shards: ensure_bucket(&js, shards).await?,
+            workers: ensure_bucket(&js, workers).await?,
+            control: ensure_bucket(&js, control).await?,
             job_index: tokio::sync::OnceCell::new(),
         };
         Ok(Cluster {
@@ -212,298 +283,131 @@ impl Cluster {
         })
     }
 
-    /// The cluster config, if a control plane has written it.
-    pub async fn config(&self) -> Result<Option<ClusterConfig>> {
-        get_json(
-            &self.buckets.shards,
-            names::CLUSTER_CONFIG_KEY,
-            "read cluster config",
-        )
-        .await
-    }
-
-    /// Writes the config unless one exists; returns the config in force.
-    pub async fn init_config(&self, wanted: &ClusterConfig) -> Result<ClusterConfig> {
-        match self
-            .buckets
-            .shards
-            .create(names::CLUSTER_CONFIG_KEY, to_bytes(wanted))
-            .await
-        {
-            Ok(_) => Ok(wanted.clone()),
-            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
-                Ok(self.config().await?.unwrap_or_else(|| wanted.clone()))
-            }
-            Err(e) => Err(nats("write cluster config")(e)),
-        }
-    }
-
-    /// Every shard assignment with its KV revision (for compare-and-swap updates).
-    pub async fn assignments(&self) -> Result<Vec<(ShardAssignment, u64)>> {
-        let mut out = Vec::new();
-        for (key, value, revision) in latest(&self.buckets.shards, "read shard map").await? {
-            if key.starts_with("shard.") {
-                out.push((decode(&value, "shard map")?, revision));
+    /// Opens the streams and buckets a control plane created, waiting (and saying so once) while
+    /// there are none yet. Shard nodes and workers call this.
+    pub async fn connect(client: async_nats::Client) -> Result<Cluster> {
+        let js = context(client.clone());
+        let mut said = false;
+        loop {
+            match Cluster::open(&js).await {
+                Ok(buckets) => {
+                    if said {
+                        info!("the cluster state is there now");
+                    }
+                    return Ok(Cluster {
+                        buckets: Arc::new(buckets),
+                        js,
+                        client,
+                    });
+                }
+                Err(Missing::Not(e)) => return Err(e),
+                Err(Missing::Yet(what)) => {
+                    if !said {
+                        info!(
+                            missing = what,
+                            "waiting for a control plane to create the cluster state"
+                        );
+                        said = true;
+                    }
+                    tokio::time::sleep(WAIT_FOR_TOPOLOGY).await;
+                }
             }
         }
-        out.sort_by_key(|(a, _): &(ShardAssignment, u64)| a.shard);
-        Ok(out)
     }
 
-    /// Writes an assignment if the key is still at `revision` (None: the key must not exist).
-    pub async fn put_assignment(&self, a: &ShardAssignment, revision: Option<u64>) -> Result<u64> {
-        let key = names::shard_key(a.shard);
-        match revision {
-            None => self
-                .buckets
-                .shards
-                .create(&key, to_bytes(a))
-                .await
-                .map_err(|e| match e.kind() {
-                    kv::CreateErrorKind::AlreadyExists => Error::Conflict { what: "shard map" },
-                    _ => nats("write shard map")(e),
-                }),
-            Some(rev) => self
-                .buckets
-                .shards
-                .update(&key, to_bytes(a), rev)
-                .await
-                .map_err(|e| match e.kind() {
-                    kv::UpdateErrorKind::WrongLastRevision => Error::Conflict { what: "shard map" },
-                    _ => nats("write shard map")(e),
-                }),
+    async fn open(js: &Context) -> Result<Buckets, Missing> {
+        for name in [names::DISPATCH_STREAM, names::RESULT_STREAM] {
+            stream_exists(js, name, name).await?;
         }
-    }
-
-    /// A watch over the shard map: the current value of every key, then every change.
-    pub async fn watch_shard_map(&self) -> Result<kv::Watch> {
-        self.buckets
-            .shards
-            .watch_with_history("shard.*")
-            .await
-            .map_err(nats("watch shard map"))
-    }
-
-    /// A watch over the node registry: the current entry of every node, then every heartbeat and
-    /// removal.
-    pub async fn watch_nodes(&self) -> Result<kv::Watch> {
-        self.buckets
-            .nodes
-            .watch_with_history(">")
-            .await
-            .map_err(nats("watch nodes"))
-    }
-
-    pub async fn heartbeat_node(&self, info: &NodeInfo) -> Result<()> {
-        self.buckets
-            .nodes
-            .put(&info.node_id, to_bytes(info))
-            .await
-            .map_err(nats("node heartbeat"))?;
-        Ok(())
-    }
-
-    /// Nodes whose heartbeat has not expired.
-    pub async fn live_nodes(&self) -> Result<Vec<NodeInfo>> {
-        all_json(&self.buckets.nodes, "list nodes").await
-    }
-
-    pub async fn heartbeat_worker(&self, info: &WorkerInfo) -> Result<()> {
-        self.buckets
-            .workers
-            .put(&info.worker_id, to_bytes(info))
-            .await
-            .map_err(nats("worker heartbeat"))?;
-        Ok(())
-    }
-
-    pub async fn live_workers(&self) -> Result<Vec<WorkerInfo>> {
-        all_json(&self.buckets.workers, "list workers").await
-    }
-
-    /// Removes a node or worker from the registry at once (clean shutdown).
-    pub async fn forget_node(&self, node_id: &str) -> Result<()> {
-        self.buckets
-            .nodes
-            .purge(node_id)
-            .await
-            .map_err(nats("remove node"))
-    }
-
-    pub async fn forget_worker(&self, worker_id: &str) -> Result<()> {
-        self.buckets
-            .workers
-            .purge(worker_id)
-            .await
-            .map_err(nats("remove worker"))
-    }
-
-    /// The job index of a cluster with `JobIds::Indexed`.
-    async fn job_index(&self) -> Result<&Store> {
-        self.buckets
-            .job_index
-            .get_or_try_init(|| {
-                ensure_bucket(&self.js, bucket(names::JOB_INDEX_BUCKET, 1, Duration::ZERO))
-            })
-            .await
-    }
-
-    /// Records which tenant a job belongs to, so a job is found from its id alone (clusters
-    /// with `JobIds::Indexed`).
-    pub async fn index_job(&self, job_id: &str, tenant: &str) -> Result<()> {
-        self.job_index()
-            .await?
-            .put(job_id, Bytes::copy_from_slice(tenant.as_bytes()))
-            .await
-            .map_err(nats("index job"))?;
-        Ok(())
-    }
-
-    /// The tenant of a job, if the job was ever created.
-    pub async fn job_tenant(&self, job_id: &str) -> Result<Option<String>> {
-        let v = self
-            .job_index()
-            .await?
-            .get(job_id)
-            .await
-            .map_err(nats("read job index"))?;
-        Ok(v.map(|b| String::from_utf8_lossy(&b).into_owned()))
+        let open = |name: &'static str| async move {
+            stream_exists(js, &format!("KV_{name}"), name).await?;
+            js.get_key_value(name)
+                .await
+                .map_err(|e| Missing::Not(nats("open a KV bucket")(e)))
+        };
+        Ok(Buckets {
+            nodes: open(names::NODES_BUCKET).await?,
+            shards: open(names::SHARDS_BUCKET).await?,
+            workers: open(names::WORKERS_BUCKET).await?,
+            control: open(names::CONTROL_BUCKET).await?,
+            job_index: tokio::sync::OnceCell::new(),
+        })
     }
 }
 
-/// A file-backed KV bucket's config; `max_age` zero keeps entries for ever.
-fn bucket(name: &str, history: i64, max_age: Duration) -> kv::Config {
-    kv::Config {
-        bucket: name.to_string(),
-        history,
-        max_age,
-        storage: StorageType::File,
-        ..Default::default()
+/// Whether the stream `name` (`what` to a reader) is there: `Missing::Yet` when JetStream says
+/// it is not, `Missing::Not` for any other failure (no JetStream, no connection).
+async fn stream_exists(js: &Context, name: &str, what: &'static str) -> Result<(), Missing> {
+    match js.get_stream(name).await {
+        Ok(_) => Ok(()),
+        Err(e) => match e.kind() {
+            jetstream::context::GetStreamErrorKind::JetStream(j) if j.code() == 404 => {
+                Err(Missing::Yet(what))
+            }
+            _ => Err(Missing::Not(nats("open the cluster state")(e))),
+        },
     }
+}
+
+/// Why the topology could not be opened.
+enum Missing {
+    /// A control plane has not created this yet.
+    Yet(&'static str),
+    Not(Error),
+}
+
+/// Creates a stream, or brings an existing one to the wanted replica count and max age.
+async fn ensure_stream(js: &Context, config: stream::Config) -> Result<()> {
+    match js.get_stream(&config.name).await {
+        Ok(_) => align(js, &config.name, config.num_replicas, config.max_age).await,
+        Err(_) => {
+            js.create_stream(config)
+                .await
+                .map_err(nats("create a stream"))?;
+            Ok(())
+        }
+    }
+}
+
+/// Brings the stream `name` (a bucket is the stream `KV_<bucket>`) to `replicas` copies and
+/// `max_age`; JetStream moves the data itself.
+async fn align(js: &Context, name: &str, replicas: usize, max_age: Duration) -> Result<()> {
+    let mut existing = js.get_stream(name).await.map_err(nats("read a stream"))?;
+    let have = existing
+        .info()
+        .await
+        .map_err(nats("read a stream"))?
+        .config
+        .clone();
+    if have.num_replicas == replicas && have.max_age == max_age {
+        return Ok(());
+    }
+    warn!(
+        stream = %name,
+        replicas = have.num_replicas,
+        wanted = replicas,
+        "changing the stream's replica count or max age"
+    );
+    js.update_stream(stream::Config {
+        num_replicas: replicas,
+        max_age,
+        ..have
+    })
+    .await
+    .map_err(nats("update a stream"))?;
+    Ok(())
 }
 
 async fn ensure_bucket(js: &Context, config: kv::Config) -> Result<Store> {
     match js.get_key_value(&config.bucket).await {
-        Ok(store) => Ok(store),
+        Ok(store) => {
+            let stream = format!("KV_{}", config.bucket);
+            align(js, &stream, config.num_replicas, config.max_age).await?;
+            Ok(store)
+        }
         Err(_) => js
             .create_key_value(config)
             .await
-            .map_err(nats("create KV bucket")),
-    }
-}
-
-fn to_bytes<T: Serialize>(v: &T) -> Bytes {
-    Bytes::from(serde_json::to_vec(v).expect("cluster state serialises"))
-}
-
-async fn get_json<T: DeserializeOwned>(
-    kv: &Store,
-    key: &str,
-    what: &'static str,
-) -> Result<Option<T>> {
-    kv.get(key)
-        .await
-        .map_err(nats(what))?
-        .map(|b| decode(&b, what))
-        .transpose()
-}
-
-async fn all_json<T: DeserializeOwned>(kv: &Store, what: &'static str) -> Result<Vec<T>> {
-    latest(kv, what)
-        .await?
-        .iter()
-        .map(|(_, value, _)| decode(value, what))
-        .collect()
-}
-
-fn decode<T: DeserializeOwned>(value: &[u8], what: &'static str) -> Result<T> {
-    serde_json::from_slice(value).map_err(|source| Error::Decode { what, source })
-}
-
-/// Longest wait for a bucket's current values (`latest`).
-const READ_ALL_WITHIN: Duration = Duration::from_secs(10);
-/// Messages asked for per fetch of `latest`.
-const READ_ALL_FETCH: usize = 1024;
-
-/// Every key of a bucket that holds a value, with the value and its revision, sorted by key.
-///
-/// Listing the keys (`Store::keys`) and then reading each was one request per key: at 1,024
-/// shards, the control plane's assignment loop sent over a thousand requests every second. Here
-/// a pull consumer delivers the last message of each key, values included, in stream order; a
-/// later message of a key replaces an earlier one and a delete, purge or expiry marker removes
-/// it, so a change made while the read runs is seen as the last word. Fetches that do not wait
-/// (`no_wait`) end the read once one brings nothing: an entry that expires before it is
-/// delivered cannot leave the read waiting for it (the hang async-nats fixed in its own
-/// `keys()`). The consumer is deleted afterwards; one left by a failed read goes after 5 s idle.
-async fn latest(kv: &Store, what: &'static str) -> Result<Vec<(String, Bytes, u64)>> {
-    let consumer = kv
-        .stream
-        .create_consumer(jetstream::consumer::pull::Config {
-            filter_subject: format!("{}>", kv.prefix),
-            deliver_policy: jetstream::consumer::DeliverPolicy::LastPerSubject,
-            ack_policy: jetstream::consumer::AckPolicy::None,
-            inactive_threshold: Duration::from_secs(5),
-            memory_storage: true,
-            ..Default::default()
-        })
-        .await
-        .map_err(nats(what))?;
-    let read = async {
-        let mut keys: std::collections::BTreeMap<String, (Bytes, u64)> = Default::default();
-        loop {
-            let mut batch = consumer
-                .fetch()
-                .max_messages(READ_ALL_FETCH)
-                .messages()
-                .await
-                .map_err(nats(what))?;
-            let mut got = 0;
-            while let Some(m) = batch
-                .try_next()
-                .await
-                .map_err(|e| Error::Nats { what, source: e })?
-            {
-                got += 1;
-                let revision = m
-                    .info()
-                    .map_err(|e| Error::Nats {
-                        what,
-                        source: e.to_string().into(),
-                    })?
-                    .stream_sequence;
-                let Some(key) = m.subject.strip_prefix(kv.prefix.as_str()) else {
-                    continue;
-                };
-                if is_put(&m) {
-                    keys.insert(key.to_string(), (m.payload.clone(), revision));
-                } else {
-                    keys.remove(key);
-                }
-            }
-            if got == 0 {
-                return Ok(keys);
-            }
-        }
-    };
-    let keys = tokio::time::timeout(READ_ALL_WITHIN, read).await;
-    let _ = kv
-        .stream
-        .delete_consumer(&consumer.cached_info().name)
-        .await;
-    Ok(keys
-        .map_err(nats(what))??
-        .into_iter()
-        .map(|(key, (value, revision))| (key, value, revision))
-        .collect())
-}
-
-/// A KV message that sets a value, not a delete, purge or expiry marker.
-fn is_put(m: &jetstream::Message) -> bool {
-    let Some(headers) = m.headers.as_ref() else {
-        return true;
-    };
-    match headers.get("KV-Operation") {
-        Some(op) => op.as_str() == "PUT",
-        None => headers.get("Nats-Marker-Reason").is_none(),
+            .map_err(nats("create a KV bucket")),
     }
 }

@@ -5,7 +5,7 @@ use chronoshard_wire::{
     rpc::{NodeInfo, ShardAssignment, WorkerInfo},
 };
 
-use super::{Cluster, Connections, Error, READ_ALL_FETCH};
+use super::{read::READ_ALL_FETCH, Cluster, Connections, Error, Topology};
 
 fn node(id: &str) -> NodeInfo {
     NodeInfo {
@@ -13,6 +13,8 @@ fn node(id: &str) -> NodeInfo {
         started_at: chrono::Utc::now(),
         heartbeat_at: chrono::Utc::now(),
         shards: vec![],
+        settings_version: 0,
+        clock_offset_ms: None,
     }
 }
 
@@ -30,7 +32,7 @@ fn assignment(shard: u32, owner: &str, epoch: u64) -> ShardAssignment {
 #[tokio::test]
 async fn the_whole_state_reads_back_at_its_last_revisions() {
     let nats = chronoshard_test_util::Nats::start().await.unwrap();
-    let cluster = Cluster::connect(nats.client().await.unwrap())
+    let cluster = Cluster::create(nats.client().await.unwrap(), &Topology::default())
         .await
         .unwrap();
     assert!(cluster.assignments().await.unwrap().is_empty());
@@ -85,7 +87,7 @@ async fn the_whole_state_reads_back_at_its_last_revisions() {
     }
     cluster.forget_node("n2").await.unwrap();
     let mut live: Vec<String> = cluster
-        .live_nodes()
+        .nodes()
         .await
         .unwrap()
         .into_iter()

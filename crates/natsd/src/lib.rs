@@ -114,6 +114,21 @@ pub struct Options {
     /// Where the server writes its log.
     pub log_file: PathBuf,
     pub ready_timeout: Duration,
+    /// Membership of a NATS cluster (None: a server of its own).
+    pub cluster: Option<ClusterOptions>,
+}
+
+/// How a server joins a NATS cluster of servers on this machine.
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    /// The cluster's name (the same on every member).
+    pub name: String,
+    /// This server's name, unique in the cluster (JetStream places replicas by it).
+    pub server_name: String,
+    /// The port this server takes route connections on.
+    pub route_port: u16,
+    /// The route ports of the other members.
+    pub routes: Vec<u16>,
 }
 
 impl Options {
@@ -124,6 +139,7 @@ impl Options {
             store_dir: dir.join("jetstream"),
             log_file: dir.join("nats-server.log"),
             ready_timeout: Duration::from_secs(20),
+            cluster: None,
         }
     }
 }
@@ -180,18 +196,31 @@ impl Server {
         // The log is appended to across starts (a dev data directory is kept): only what this
         // start wrote counts.
         let log_from = std::fs::metadata(&opts.log_file).map_or(0, |m| m.len()) as usize;
-        let child = command(&binary.path)
-            .args([
-                "-js",
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "--store_dir",
-            ])
-            .arg(&opts.store_dir)
-            .arg("--log")
-            .arg(&opts.log_file)
+        let mut cmd = command(&binary.path);
+        cmd.args([
+            "-js",
+            "-a",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "--store_dir",
+        ])
+        .arg(&opts.store_dir)
+        .arg("--log")
+        .arg(&opts.log_file);
+        if let Some(c) = &opts.cluster {
+            let routes: Vec<String> = c
+                .routes
+                .iter()
+                .map(|p| format!("nats://127.0.0.1:{p}"))
+                .collect();
+            cmd.args(["--cluster_name", &c.name, "--server_name", &c.server_name])
+                .arg("--cluster")
+                .arg(format!("nats://127.0.0.1:{}", c.route_port))
+                .arg("--routes")
+                .arg(routes.join(","));
+        }
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -4,8 +4,8 @@
 use std::sync::LazyLock;
 
 use prometheus::{
-    register_histogram_vec, register_int_counter_vec, register_int_gauge_vec, Encoder,
-    HistogramVec, IntCounterVec, IntGaugeVec, TextEncoder,
+    register_gauge_vec, register_histogram_vec, register_int_counter_vec, register_int_gauge_vec,
+    Encoder, GaugeVec, HistogramVec, IntCounterVec, IntGaugeVec, TextEncoder,
 };
 
 pub const JOBS_CREATED: &str = "chronoshard_jobs_created_total";
@@ -32,6 +32,10 @@ pub const DEAD_LETTERS: &str = "chronoshard_dead_letters_total";
 pub const ATTEMPTS_LOST: &str = "chronoshard_attempts_lost_total";
 pub const TICKETS_RESENT: &str = "chronoshard_tickets_resent_total";
 pub const RUNS_REPLACED: &str = "chronoshard_runs_replaced_total";
+pub const CONTROL_PLANE_LEADER_NAME: &str = "chronoshard_control_plane_leader";
+pub const CLOCK_OFFSET: &str = "chronoshard_clock_offset_seconds";
+pub const SHARD_MOVES: &str = "chronoshard_shard_moves_total";
+pub const SHARDS_OPEN: &str = "chronoshard_shards_open";
 
 const LATENESS_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -235,6 +239,38 @@ pub static TICKETS_RESENT_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
 pub static RUNS_REPLACED_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(RUNS_REPLACED, "runs ended by overlap replace", &["shard"])
         .expect("metric")
+});
+
+/// 1 on the control-plane replica that holds the leader lease now, 0 on the others.
+pub static CONTROL_PLANE_LEADER: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
+        CONTROL_PLANE_LEADER_NAME,
+        "1 while this control-plane replica leads",
+        &["replica"]
+    )
+    .expect("metric")
+});
+/// A shard node's clock minus the NATS server's, as the node last measured it.
+pub static CLOCK_OFFSET_SECONDS: LazyLock<GaugeVec> = LazyLock::new(|| {
+    register_gauge_vec!(
+        CLOCK_OFFSET,
+        "this node's clock minus the NATS server's",
+        &["node"]
+    )
+    .expect("metric")
+});
+/// Shard owner changes the leader wrote, by why the shard moved.
+pub static SHARD_MOVES_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        SHARD_MOVES,
+        "shard owner changes written by the leader",
+        &["reason"]
+    )
+    .expect("metric")
+});
+/// Shards open on a node.
+pub static SHARDS_OPEN_GAUGE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(SHARDS_OPEN, "shards open on this node", &["node"]).expect("metric")
 });
 
 /// The Prometheus text exposition of every registered metric.

@@ -14,7 +14,9 @@ use std::{
 
 use axum::{extract::State, http::StatusCode, routing::any, Router};
 
+mod nats_cluster;
 mod postgres;
+pub use nats_cluster::NatsCluster;
 pub use postgres::Postgres;
 
 /// A nats-server with JetStream, started for one test.

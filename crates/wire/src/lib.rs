@@ -12,6 +12,7 @@ pub mod ids;
 pub mod job;
 pub mod names;
 pub mod rpc;
+pub mod settings;
 pub mod ticket;
 
 pub use duration::Dur;

@@ -8,10 +8,14 @@ pub const DISPATCH_SUBJECTS: &str = "chronoshard.dispatch.>";
 pub const RESULT_STREAM: &str = "CHRONOSHARD_RESULTS";
 pub const RESULT_SUBJECTS: &str = "chronoshard.results.>";
 
-/// KV bucket: node id → `NodeInfo` (heartbeats expire with the bucket's max age).
+/// KV bucket: node id → `NodeInfo` heartbeat (an entry goes a minute after its last heartbeat;
+/// the settings' TTL decides liveness).
 pub const NODES_BUCKET: &str = "chronoshard_nodes";
-/// KV bucket: `shard.<id>` → `ShardAssignment`, plus `config` → `ClusterConfig`.
+/// KV bucket: `shard.<id>` → `ShardAssignment`, `config` → `ClusterConfig`, `settings` →
+/// `VersionedSettings`, `drain.<node id>` → the time a drain was asked for.
 pub const SHARDS_BUCKET: &str = "chronoshard_shards";
+/// KV bucket: `leader` → `LeaderLease`, `replica.<id>` → `ReplicaInfo` heartbeat.
+pub const CONTROL_BUCKET: &str = "chronoshard_control";
 /// KV bucket: job id → tenant, so a job is found from its id alone.
 pub const JOB_INDEX_BUCKET: &str = "chronoshard_job_index";
 /// KV bucket: worker id → `WorkerInfo` heartbeat.
@@ -19,6 +23,20 @@ pub const WORKERS_BUCKET: &str = "chronoshard_workers";
 
 /// Key of the cluster configuration in `SHARDS_BUCKET`.
 pub const CLUSTER_CONFIG_KEY: &str = "config";
+/// Key of the live settings in `SHARDS_BUCKET`.
+pub const SETTINGS_KEY: &str = "settings";
+/// Key of the leader lease in `CONTROL_BUCKET`.
+pub const LEADER_KEY: &str = "leader";
+
+/// Key in `SHARDS_BUCKET` that marks a node as draining.
+pub fn drain_key(node_id: &str) -> String {
+    format!("drain.{node_id}")
+}
+
+/// Key of a control-plane replica's heartbeat in `CONTROL_BUCKET`.
+pub fn replica_key(id: &str) -> String {
+    format!("replica.{id}")
+}
 
 /// Header carrying the ticket id on dispatch messages (the body carries it too).
 pub const HDR_TICKET_ID: &str = "Chronoshard-Ticket-Id";

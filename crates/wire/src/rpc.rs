@@ -191,22 +191,49 @@ pub struct ShardAssignment {
     pub epoch: u64,
 }
 
-/// Cluster-wide settings, written once by the control plane that creates the cluster.
+/// What a cluster is created with, written once by the control plane that creates it; a control
+/// plane started later with other values refuses to start.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ClusterConfig {
     pub shard_count: u32,
     /// Absent in the config of a cluster created before job ids carried their routing key.
     #[serde(default)]
     pub job_ids: JobIds,
+    /// Absent in the config of a cluster created before the mode was a choice.
+    #[serde(default)]
+    pub sharding: Sharding,
 }
 
 impl ClusterConfig {
     /// The config a new cluster gets.
-    pub fn new(shard_count: u32) -> ClusterConfig {
+    pub fn new(shard_count: u32, sharding: Sharding) -> ClusterConfig {
         ClusterConfig {
             shard_count,
             job_ids: JobIds::TenantKey,
+            sharding,
         }
+    }
+}
+
+/// How jobs are spread over shards.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[cfg_attr(feature = "clap", value(rename_all = "snake_case"))]
+#[serde(rename_all = "snake_case")]
+pub enum Sharding {
+    /// A tenant's jobs live in one shard, chosen by consistent hashing of the tenant.
+    #[default]
+    Tenant,
+    /// Occurrences are partitioned by windows of due time spread over the shards.
+    TimeWindow,
+}
+
+impl std::fmt::Display for Sharding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Sharding::Tenant => "tenant",
+            Sharding::TimeWindow => "time_window",
+        })
     }
 }
 
@@ -231,6 +258,37 @@ pub struct NodeInfo {
     pub heartbeat_at: DateTime<Utc>,
     /// Shards this node has open and serving.
     pub shards: Vec<u32>,
+    /// Version of the cluster settings the node runs (0: none read yet).
+    #[serde(default)]
+    pub settings_version: u64,
+    /// The node's clock minus the NATS server's, in milliseconds; absent until measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_offset_ms: Option<f64>,
+}
+
+/// The control-plane leader's lease, kept under one KV key and renewed by compare-and-swap.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct LeaderLease {
+    /// Id of the replica that holds it.
+    pub holder: String,
+    /// Goes up by one with every change of holder.
+    pub term: u64,
+    /// How long the lease lasts after a renewal, as the holder counts it.
+    pub ttl_ms: u64,
+    /// The holder's clock at the renewal (for people; nobody compares clocks with it).
+    pub renewed_at: DateTime<Utc>,
+}
+
+/// A control-plane replica's heartbeat.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ReplicaInfo {
+    pub id: String,
+    /// Where its REST API listens.
+    pub http: String,
+    pub started_at: DateTime<Utc>,
+    pub heartbeat_at: DateTime<Utc>,
+    /// The binary's version.
+    pub version: String,
 }
 
 /// A worker's answer to a drain request (`names::worker_drain_subject`).

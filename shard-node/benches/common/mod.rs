@@ -13,15 +13,25 @@ use chronoshard_shard_node::{
 use chronoshard_wire::{
     from_millis,
     rpc::{ClusterConfig, ShardAssignment},
+    settings::Settings,
     JobSpec, JobState,
 };
 use uuid::Uuid;
 
 use super::Res;
 
-/// Writes the cluster config (`shards` shards) and assigns every shard to `node` with epoch 1.
-pub(crate) async fn assign_all(cluster: &Cluster, shards: u32, node: &str) -> Res<()> {
-    cluster.init_config(&ClusterConfig::new(shards)).await?;
+/// Writes the cluster config (`shards` shards) and live settings, and assigns every shard to
+/// `node` with epoch 1.
+pub(crate) async fn assign_all(
+    cluster: &Cluster,
+    shards: u32,
+    node: &str,
+    settings: Settings,
+) -> Res<()> {
+    cluster
+        .init_config(&ClusterConfig::new(shards, Default::default()))
+        .await?;
+    cluster.init_settings(settings).await?;
     for shard in 0..shards {
         let a = ShardAssignment {
             shard,

@@ -31,7 +31,12 @@ use std::{
 use chronoshard_schedule::Schedule;
 use chronoshard_telemetry::metrics;
 use chronoshard_timer::{TimerKey, TimerWheel};
-use chronoshard_wire::{from_millis, names, rpc::ShardRequest, to_millis};
+use chronoshard_wire::{
+    from_millis, names,
+    rpc::ShardRequest,
+    settings::{Settings, VersionedSettings},
+    to_millis, Dur,
+};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
@@ -41,8 +46,9 @@ use crate::clock::SharedClock;
 use fire::{Due, Timer};
 use store::{Applied, JobRow, Store, StoreError};
 
-/// Tunables of a shard.
-#[derive(Clone, Debug)]
+/// Tunables of a shard: its part of the cluster's live settings, read afresh where used so a
+/// change applies without reopening the shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ShardConfig {
     /// Occurrences due within this horizon are held in memory; later ones stay in the database.
     pub horizon: Duration,
@@ -59,16 +65,43 @@ pub struct ShardConfig {
     pub resend_after: Duration,
 }
 
-impl Default for ShardConfig {
-    fn default() -> Self {
+impl From<&Settings> for ShardConfig {
+    fn from(s: &Settings) -> Self {
         ShardConfig {
-            horizon: Duration::from_secs(300),
-            load_every: Duration::from_secs(1),
-            publish_window: 1024,
-            fire_lead: Duration::from_millis(200),
-            resend_after: Duration::from_secs(60),
+            horizon: s.horizon.0,
+            load_every: s.load_every.0,
+            publish_window: s.publish_window as usize,
+            fire_lead: s.fire_lead.0,
+            resend_after: s.resend_after.0,
         }
     }
+}
+
+impl Default for ShardConfig {
+    fn default() -> Self {
+        ShardConfig::from(&Settings::DEFAULT)
+    }
+}
+
+/// The cluster's settings as a shard follows them.
+pub type SettingsRx = tokio::sync::watch::Receiver<VersionedSettings>;
+
+/// A settings channel that never changes, holding `config` over the defaults (benches, tests).
+pub fn fixed_settings(config: ShardConfig) -> SettingsRx {
+    let settings = Settings {
+        horizon: Dur(config.horizon),
+        load_every: Dur(config.load_every),
+        publish_window: config.publish_window as u32,
+        fire_lead: Dur(config.fire_lead),
+        resend_after: Dur(config.resend_after),
+        ..Settings::DEFAULT
+    };
+    tokio::sync::watch::channel(VersionedSettings {
+        version: 0,
+        settings,
+        updated_at: chrono::Utc::now(),
+    })
+    .1
 }
 
 /// Everything a shard needs to run.
@@ -78,11 +111,19 @@ pub struct ShardContext {
     pub epoch: u64,
     pub node_id: String,
     pub databases: store::Databases,
-    pub config: ShardConfig,
+    /// The cluster's live settings (`config()` reads the shard's part).
+    pub settings: SettingsRx,
     pub cluster: chronoshard_cluster::Cluster,
     pub clock: SharedClock,
     /// This process's map of local shards, where the shard registers while it answers requests.
     pub local: chronoshard_cluster::LocalShards,
+}
+
+impl ShardContext {
+    /// The shard's settings now.
+    pub fn config(&self) -> ShardConfig {
+        ShardConfig::from(&self.settings.borrow().settings)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -241,7 +282,7 @@ impl Shard {
                     // The watermark did not move: the next pass loads the same window.
                     Err(e) => warn!(error = %e, "loading the wheel failed; retrying"),
                 }
-                next_load = now + self.ctx.config.load_every.as_millis() as i64;
+                next_load = now + self.ctx.config().load_every.as_millis() as i64;
             }
             self.fire_due(self.ctx.clock.now_ms()).await?;
             let wake = self
@@ -341,7 +382,7 @@ impl Shard {
 
     /// Moves jobs due within the horizon from the database into the wheel.
     async fn load(&mut self, now: i64) -> Result<(), ShardError> {
-        let until = now + self.ctx.config.horizon.as_millis() as i64;
+        let until = now + self.ctx.config().horizon.as_millis() as i64;
         let due = self.store.due_jobs(self.loaded_until, until).await?;
         if !due.is_empty() {
             debug!(
@@ -374,7 +415,7 @@ impl Shard {
         {
             return;
         }
-        let lead = self.ctx.config.fire_lead.as_millis() as i64;
+        let lead = self.ctx.config().fire_lead.as_millis() as i64;
         self.track_at(due, fire::early_deadline(due.at, lead, self.ctx.shard));
     }
 

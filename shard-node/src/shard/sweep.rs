@@ -157,13 +157,13 @@ impl Sweep {
     /// A quarter of `resend_after`: how often the sweep looks, and how long a gone attempt must
     /// stay gone before it is sent again.
     fn grace_period(&self) -> std::time::Duration {
-        (self.ctx.config.resend_after / 4).max(std::time::Duration::from_millis(50))
+        (self.ctx.config().resend_after / 4).max(std::time::Duration::from_millis(50))
     }
 
     async fn pass(&mut self) -> Result<(), StoreError> {
         let now = self.ctx.clock.now_ms();
         let grace = self.grace_period().as_millis() as i64;
-        let before = now - self.ctx.config.resend_after.as_millis() as i64;
+        let before = now - self.ctx.config().resend_after.as_millis() as i64;
         let batch = self.store.unstarted(self.cursor, before, PER_PASS).await?;
         self.cursor = if batch.len() == PER_PASS as usize {
             batch.last().map(|u| (u.published_at, u.ticket))

@@ -245,7 +245,6 @@ impl Dispatcher {
         mut rx: mpsc::Receiver<Vec<Outgoing>>,
         stop: CancellationToken,
     ) -> Result<(), StoreError> {
-        let window = self.ctx.config.publish_window.max(1);
         let mut inflight: FuturesUnordered<Inflight> = FuturesUnordered::new();
         let now = self.ctx.clock.now_ms();
         let recovered = self
@@ -265,6 +264,8 @@ impl Dispatcher {
         let mut count_outbox = tokio::time::Instant::now();
         let mut open = true;
         loop {
+            // Read each turn: the window is a live setting.
+            let window = self.ctx.config().publish_window.max(1);
             self.release_due();
             while inflight.len() < window {
                 let Some(t) = self.queue.pop() else {
@@ -349,7 +350,7 @@ impl Dispatcher {
 
     /// How far ahead of now the shard writes tickets: outbox reads take those too, to hold them.
     fn ahead_ms(&self) -> i64 {
-        2 * self.ctx.config.fire_lead.as_millis() as i64
+        2 * self.ctx.config().fire_lead.as_millis() as i64
     }
 
     /// Tickets held here and not in flight.

@@ -143,6 +143,12 @@ impl Store {
                         let set_path = set_path.clone();
                         Box::pin(async move {
                             conn.execute(set_path.as_str()).await?;
+                            // A transaction left open by a node that froze (SIGSTOP, a paused VM) holds the
+                            // row lock of `shard_meta`, which the next owner's open waits for: Postgres ends
+                            // such a transaction after this long idle, so a frozen node delays a failover by
+                            // at most this much (and its writes are fenced when it resumes).
+                            conn.execute("SET idle_in_transaction_session_timeout = '3s'")
+                                .await?;
                             Ok(())
                         })
                     })

@@ -1,10 +1,17 @@
-//! The shard node: registers itself, follows the shard map, and runs exactly the shards the map
-//! gives it, each under the epoch written there. It decides nothing about ownership itself.
+//! The shard node: registers itself, follows the shard map and the live settings, and runs
+//! exactly the shards the map gives it, each under the epoch written there. It decides nothing
+//! about ownership itself.
+//!
+//! - `heartbeat`: its registry entry, with its clock offset measured against the NATS server;
+//! - `offset`: the offset estimate (pure).
+
+mod heartbeat;
+pub mod offset;
 
 use std::{collections::HashMap, sync::Arc, time::Duration};
 
-use chronoshard_cluster::{Cluster, Connections, HEARTBEAT_EVERY, HEARTBEAT_TTL};
-use chronoshard_wire::rpc::{NodeInfo, ShardAssignment};
+use chronoshard_cluster::{Cluster, Connections};
+use chronoshard_wire::{rpc::ShardAssignment, settings::Settings};
 use futures::StreamExt;
 use tokio::{sync::watch, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
@@ -12,8 +19,11 @@ use tracing::{info, warn, Instrument};
 
 use crate::{
     clock::{SharedClock, SystemClock},
-    shard::{self, store::Databases, ShardConfig, ShardContext},
+    shard::{self, store::Databases, SettingsRx, ShardContext},
 };
+
+/// How often the node restarts shards whose task ended while they are still assigned to it.
+const RETRY_EVERY: Duration = Duration::from_secs(1);
 
 /// How to run a shard node.
 #[derive(Clone, Debug)]
@@ -22,7 +32,6 @@ pub struct Options {
     pub node_id: String,
     /// Where the shard databases live (SQLite files in a directory, or Postgres schemas).
     pub databases: Databases,
-    pub shard: ShardConfig,
     /// Where this node's shards also take requests from callers in the same process (the
     /// control plane of `chronoshard dev`); a default one is private to the node.
     pub local: chronoshard_cluster::LocalShards,
@@ -76,10 +85,14 @@ impl ShardNode {
         let membership = Cluster::connect(nats.membership).await?;
         let (open_tx, open_rx) = watch::channel(Vec::new());
         let span = tracing::info_span!("shard_node", node_id = %opts.node_id);
+        // Until the cluster's settings are read the defaults apply (a control plane writes them
+        // when it creates the cluster, before any node can have shards).
+        let settings = membership.follow_settings(Settings::DEFAULT, shutdown.clone());
         let node = Node {
             opts,
             cluster,
             membership,
+            settings,
             clock,
             running: HashMap::new(),
             desired: HashMap::new(),
@@ -97,6 +110,7 @@ struct Node {
     cluster: Cluster,
     /// On the membership connection: heartbeats and the shard map.
     membership: Cluster,
+    settings: SettingsRx,
     clock: SharedClock,
     running: HashMap<u32, Running>,
     /// Shards the map assigns to this node, with their epochs.
@@ -110,16 +124,18 @@ impl Node {
     async fn run(mut self, shutdown: CancellationToken) {
         let stop_heartbeat = CancellationToken::new();
         let heartbeat = tokio::spawn(
-            heartbeat(
-                self.membership.clone(),
-                self.opts.node_id.clone(),
-                self.open_tx.subscribe(),
-                stop_heartbeat.clone(),
-            )
+            heartbeat::Heartbeat {
+                membership: self.membership.clone(),
+                node_id: self.opts.node_id.clone(),
+                clock: self.clock.clone(),
+                open: self.open_tx.subscribe(),
+                settings: self.settings.clone(),
+            }
+            .run(stop_heartbeat.clone())
             .in_current_span(),
         );
         // Restarts shards whose task ended while assigned here.
-        let mut retry = tokio::time::interval(HEARTBEAT_EVERY);
+        let mut retry = tokio::time::interval(RETRY_EVERY);
         let mut watch = None;
         loop {
             if watch.is_none() {
@@ -213,7 +229,7 @@ impl Node {
                 epoch,
                 node_id: self.opts.node_id.clone(),
                 databases: self.opts.databases.clone(),
-                config: self.opts.shard.clone(),
+                settings: self.settings.clone(),
                 cluster: self.cluster.clone(),
                 clock: self.clock.clone(),
                 local: self.opts.local.clone(),
@@ -229,51 +245,6 @@ impl Node {
             );
         }
         let _ = self.open_tx.send(self.open_shards());
-    }
-}
-
-/// Puts the node's entry in the registry every `HEARTBEAT_EVERY` until `stop`, with the shards
-/// open at that moment. Its own task: nothing the node loop waits for can delay it.
-async fn heartbeat(
-    membership: Cluster,
-    node_id: String,
-    open: watch::Receiver<Vec<u32>>,
-    stop: CancellationToken,
-) {
-    let started_at = chrono::Utc::now();
-    let mut every = tokio::time::interval(HEARTBEAT_EVERY);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        let due = tokio::select! {
-            _ = stop.cancelled() => return,
-            due = every.tick() => due,
-        };
-        let info = NodeInfo {
-            node_id: node_id.clone(),
-            started_at,
-            heartbeat_at: chrono::Utc::now(),
-            shards: open.borrow().clone(),
-        };
-        let woke = due.elapsed();
-        let put = tokio::select! {
-            _ = stop.cancelled() => return,
-            put = membership.heartbeat_node(&info) => put,
-        };
-        if let Err(e) = put {
-            warn!(error = %e, "heartbeat failed");
-        }
-        // A late heartbeat is the first sign of a node about to lose its shards (the registry
-        // forgets it after `HEARTBEAT_TTL`): say how late, and whether this process (waking
-        // up) or NATS (storing it) was slow.
-        let took = due.elapsed() - woke;
-        if woke + took > HEARTBEAT_EVERY {
-            warn!(
-                wake_ms = woke.as_millis() as u64,
-                put_ms = took.as_millis() as u64,
-                ttl_ms = HEARTBEAT_TTL.as_millis() as u64,
-                "heartbeat late"
-            );
-        }
     }
 }
 

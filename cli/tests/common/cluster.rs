@@ -1,0 +1,337 @@
+//! A production deployment on this machine, every role a separate `chronoshard` process: NATS
+//! (one server, or a 3-node cluster), PostgreSQL for the shard databases, control-plane
+//! replicas, shard nodes and workers, and an HTTP sink the jobs call. What a test checks about
+//! it (exactly-once, failover times) is written once here.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    time::Duration,
+};
+
+use chrono::{DateTime, Utc};
+use chronoshard_test_util::{HttpSink, Nats, NatsCluster, Postgres};
+use serde_json::{json, Value};
+
+use super::{process::Process, wait_for, Api, LONG};
+
+/// The NATS of a deployment.
+pub enum NatsServers {
+    One(Nats),
+    Cluster(NatsCluster),
+}
+
+impl NatsServers {
+    pub fn url(&self) -> String {
+        match self {
+            NatsServers::One(n) => n.url(),
+            NatsServers::Cluster(c) => c.url(),
+        }
+    }
+}
+
+pub const TOKEN: &str = "prod-test-token";
+
+/// The processes and servers of one deployment.
+pub struct Deployment {
+    pub nats: NatsServers,
+    pub pg: Postgres,
+    /// The shard nodes' database.
+    pub pg_url: String,
+    pub sink: HttpSink,
+    pub control_planes: BTreeMap<String, (Process, String)>,
+    pub nodes: BTreeMap<String, Process>,
+    pub workers: BTreeMap<String, Process>,
+    /// NATS stream and bucket replicas the control planes ask for.
+    pub replicas: u8,
+}
+
+impl Deployment {
+    /// NATS (`servers` of them: 1, or a cluster), PostgreSQL and the sink; no process yet.
+    pub async fn start(servers: usize) -> Deployment {
+        let nats = if servers == 1 {
+            NatsServers::One(Nats::start().await.unwrap())
+        } else {
+            NatsServers::Cluster(NatsCluster::start(servers).await.unwrap())
+        };
+        let pg = Postgres::start().await.unwrap();
+        let pg_url = pg.create_database().await.unwrap();
+        Deployment {
+            nats,
+            pg,
+            pg_url,
+            sink: HttpSink::start().await.unwrap(),
+            control_planes: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            workers: BTreeMap::new(),
+            replicas: if servers >= 3 { 3 } else { 1 },
+        }
+    }
+
+    /// Starts a control-plane replica and waits until it serves; `extra` are more flags.
+    pub async fn control_plane(&mut self, id: &str, extra: &[&str]) {
+        let nats = self.nats.url();
+        let replicas = self.replicas.to_string();
+        let mut args = vec![
+            "control-plane",
+            "--id",
+            id,
+            "--nats",
+            &nats,
+            "--http",
+            "127.0.0.1:0",
+            "--token",
+            TOKEN,
+            "--replicas",
+            &replicas,
+        ];
+        args.extend_from_slice(extra);
+        let p = Process::start(id, &args);
+        p.printed(&format!("chronoshard control-plane {id} is ready"))
+            .await;
+        let url = p
+            .lines()
+            .iter()
+            .find_map(|l| l.trim().strip_prefix("url:").map(|u| u.trim().to_string()))
+            .expect("the url is printed");
+        self.control_planes.insert(id.to_string(), (p, url));
+    }
+
+    /// Starts a shard node on the PostgreSQL database and waits until it says it is ready.
+    pub async fn node(&mut self, id: &str) {
+        let (nats, pg) = (self.nats.url(), self.pg_url.clone());
+        let p = Process::start(
+            id,
+            &[
+                "shard-node",
+                "--node-id",
+                id,
+                "--nats",
+                &nats,
+                "--postgres",
+                &pg,
+            ],
+        );
+        p.printed(&format!("chronoshard shard-node {id} is ready"))
+            .await;
+        self.nodes.insert(id.to_string(), p);
+    }
+
+    /// Starts a worker that may call the sink on loopback.
+    pub fn worker(&mut self, id: &str, data: &std::path::Path) {
+        let nats = self.nats.url();
+        let data = data.join(id);
+        let p = Process::start(
+            id,
+            &[
+                "worker",
+                "--id",
+                id,
+                "--nats",
+                &nats,
+                "--data",
+                data.to_str().unwrap(),
+                "--http-allow",
+                "127.0.0.1",
+            ],
+        );
+        self.workers.insert(id.to_string(), p);
+    }
+
+    /// A client of one replica's API.
+    pub fn api(&self, replica: &str) -> Api {
+        Api::at(&self.control_planes[replica].1, TOKEN)
+    }
+
+    /// The HTTP target of a job named `name`.
+    pub fn target(&self, name: &str) -> Value {
+        json!({"type": "http", "url": self.sink.url(&format!("/{name}")), "method": "POST"})
+    }
+
+    /// Executions the sink saw, per occurrence (job id, scheduled at).
+    pub fn executions(&self) -> HashMap<(String, String), Vec<DateTime<Utc>>> {
+        let mut per: HashMap<(String, String), Vec<DateTime<Utc>>> = HashMap::new();
+        for r in self.sink.requests() {
+            let h = &r.headers;
+            per.entry((
+                h["x-chronoshard-job-id"].clone(),
+                h["x-chronoshard-scheduled-at"].clone(),
+            ))
+            .or_default()
+            .push(r.received_at.into());
+        }
+        per
+    }
+}
+
+/// Shard → owner, when the map gives every shard to one of `nodes` and each of them is live
+/// with exactly its shards open (so old owners closed what moved away).
+pub async fn settled(api: &Api, nodes: &[&str]) -> Option<BTreeMap<String, BTreeSet<u64>>> {
+    let (s1, map) = api.get("/v1/shards").await;
+    let (s2, live) = api.get("/v1/nodes").await;
+    if s1 != 200 || s2 != 200 {
+        return None;
+    }
+    let shards = map["shards"].as_array()?;
+    if shards.len() as u64 != map["shard_count"].as_u64()? {
+        return None;
+    }
+    let mut assigned: BTreeMap<String, BTreeSet<u64>> = nodes
+        .iter()
+        .map(|n| (n.to_string(), BTreeSet::new()))
+        .collect();
+    for a in shards {
+        assigned
+            .get_mut(a["owner"].as_str()?)?
+            .insert(a["shard"].as_u64()?);
+    }
+    let open: BTreeMap<String, BTreeSet<u64>> = live["nodes"]
+        .as_array()?
+        .iter()
+        .filter(|n| n["status"] != "lost")
+        .map(|n| {
+            let shards = n["shards"].as_array().unwrap();
+            let shards = shards.iter().map(|s| s.as_u64().unwrap()).collect();
+            (n["node_id"].as_str().unwrap().to_string(), shards)
+        })
+        .filter(|(_, s): &(String, BTreeSet<u64>)| !s.is_empty())
+        .collect();
+    let busy: BTreeMap<String, BTreeSet<u64>> = assigned
+        .iter()
+        .filter(|(_, s)| !s.is_empty())
+        .map(|(n, s)| (n.clone(), s.clone()))
+        .collect();
+    (open == busy).then_some(assigned)
+}
+
+/// Waits until `nodes` hold every shard, each of them at least one.
+pub async fn wait_settled(api: &Api, nodes: &[&str]) -> BTreeMap<String, BTreeSet<u64>> {
+    wait_for(
+        &format!("{nodes:?} to own and open every shard"),
+        Duration::from_secs(60),
+        || async {
+            settled(api, nodes)
+                .await
+                .filter(|m| m.values().all(|s| !s.is_empty()))
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// Creates every-second jobs (catch-up `all`, so every occurrence of an outage fires) over
+/// tenants until each of the `shards` shards holds `per_shard` of them; returns job id → shard.
+pub async fn every_second_jobs(
+    d: &Deployment,
+    api: &Api,
+    shards: u64,
+    per_shard: usize,
+) -> BTreeMap<String, u64> {
+    let mut jobs = BTreeMap::new();
+    let mut count: HashMap<u64, usize> = HashMap::new();
+    for i in 0..400 {
+        if (0..shards).all(|s| count.get(&s).copied().unwrap_or(0) >= per_shard) {
+            return jobs;
+        }
+        let tenant = format!("tenant-{i}");
+        let body = json!({"tenant": tenant, "name": "tick", "schedule": {"every": "1s"},
+            "catchup": {"policy": "all", "window": "1h"}, "target": d.target("tick")});
+        let (status, job) = api.post("/v1/jobs", &body).await;
+        assert_eq!(status, 201, "{job}");
+        let shard = job["shard"].as_u64().unwrap();
+        if count.get(&shard).copied().unwrap_or(0) >= per_shard {
+            let id = job["id"].as_str().unwrap();
+            let (s, _, _) = api
+                .send(reqwest::Method::DELETE, &format!("/v1/jobs/{id}"), None)
+                .await;
+            assert!(s < 300, "delete {id}: {s}");
+            continue;
+        }
+        *count.entry(shard).or_default() += 1;
+        jobs.insert(job["id"].as_str().unwrap().to_string(), shard);
+    }
+    panic!("400 tenants did not cover {shards} shards: {count:?}");
+}
+
+pub fn at(v: &Value) -> DateTime<Utc> {
+    v.as_str().unwrap().parse().unwrap()
+}
+
+/// Checks that every occurrence of the every-second `job` from its first up to `upto` fired
+/// once: one run each, succeeded, with one ticket and one attempt, spaced by exactly 1 s, and
+/// that the sink got each of them once. Returns the scheduled times checked.
+pub async fn every_occurrence_once(
+    d: &Deployment,
+    api: &Api,
+    job: &str,
+    upto: DateTime<Utc>,
+) -> Vec<DateTime<Utc>> {
+    let runs = wait_for(
+        &format!("every tick of {job} up to {upto} to succeed"),
+        Duration::from_secs(90),
+        || async {
+            let (status, page) = api.get(&format!("/v1/jobs/{job}/runs?limit=500")).await;
+            if status != 200 {
+                return None;
+            }
+            let runs: Vec<Value> = page["runs"].as_array()?.clone();
+            let newest = runs
+                .iter()
+                .filter(|r| r["status"] != "scheduled")
+                .map(|r| at(&r["scheduled_at"]))
+                .max()?;
+            let upto_runs: Vec<Value> = runs
+                .into_iter()
+                .filter(|r| r["status"] != "scheduled" && at(&r["scheduled_at"]) <= upto)
+                .collect();
+            (newest > upto && upto_runs.iter().all(|r| r["status"] == "succeeded"))
+                .then_some(upto_runs)
+        },
+    )
+    .await
+    .unwrap();
+    let mut times: Vec<DateTime<Utc>> = runs.iter().map(|r| at(&r["scheduled_at"])).collect();
+    times.sort();
+    for w in times.windows(2) {
+        assert_eq!(
+            (w[1] - w[0]).num_milliseconds(),
+            1000,
+            "job {job}: each occurrence there once: {times:?}"
+        );
+    }
+    for r in &runs {
+        assert_eq!(r["ticket_ids"].as_array().unwrap().len(), 1, "{r}");
+        assert_eq!(r["attempts"], 1, "{r}");
+    }
+    let executions = d.executions();
+    for t in &times {
+        let key = (job.to_string(), chronoshard_wire::rfc3339(*t));
+        let n = executions.get(&key).map_or(0, |v| v.len());
+        assert_eq!(n, 1, "job {job} at {t}: executed {n} times");
+    }
+    times
+}
+
+/// When the sink got the occurrence of `job` scheduled at `t`.
+pub fn executed_at(d: &Deployment, job: &str, t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    d.executions()
+        .get(&(job.to_string(), chronoshard_wire::rfc3339(t)))
+        .and_then(|v| v.first().copied())
+}
+
+/// Every run of `job` as the API shows it, not merely scheduled.
+pub async fn runs(api: &Api, job: &str) -> Vec<Value> {
+    api.past_runs(job).await
+}
+
+pub const SETTLE: Duration = LONG;
+
+/// Each shard's epoch in the shard map.
+pub async fn epochs(api: &Api) -> HashMap<u64, u64> {
+    let (_, map) = api.get("/v1/shards").await;
+    map["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["shard"].as_u64().unwrap(), a["epoch"].as_u64().unwrap()))
+        .collect()
+}

@@ -1,0 +1,191 @@
+//! Keeping the shard map right. Every replica follows the node registry (so a replica that
+//! becomes the leader knows at once which nodes live); only the leader plans and writes changes
+//! (`plan`), each a compare-and-swap on the shard's key that raises its epoch, so even two
+//! control planes writing at once could not both win.
+//!
+//! A pass runs when the live set changes, when a node's TTL runs out (a timer, so a lost node
+//! is noticed on time, not on the next tick), when the settings or the leadership change, and
+//! every second (to follow moves in flight and drains).
+
+pub mod plan;
+#[cfg(test)]
+mod tests;
+
+use std::{
+    collections::{BTreeMap, HashSet},
+    time::Duration,
+};
+
+use async_nats::jetstream::kv;
+use chronoshard_cluster::{Cluster, Error as ClusterError};
+use chronoshard_telemetry::metrics;
+use chronoshard_wire::{
+    rpc::{NodeInfo, ShardAssignment},
+    settings::VersionedSettings,
+};
+use futures::StreamExt;
+use tokio::{sync::watch, time::Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::{
+    leader::Leadership,
+    liveness::{Liveness, View},
+};
+
+/// The longest time between two passes of the leader.
+pub const PASS_EVERY: Duration = Duration::from_secs(1);
+
+/// What the assignment loop needs.
+pub struct Assigner {
+    pub cluster: Cluster,
+    pub shard_count: u32,
+    pub min_nodes: usize,
+    pub settings: watch::Receiver<VersionedSettings>,
+    pub leadership: watch::Receiver<Leadership>,
+}
+
+impl Assigner {
+    /// Runs until `shutdown`.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let mut liveness = Liveness::new(Instant::now());
+        let mut watch = None;
+        let mut live_before: Vec<String> = Vec::new();
+        let mut next_pass = Instant::now();
+        loop {
+            if watch.is_none() {
+                match self.cluster.watch_nodes().await {
+                    Ok(w) => watch = Some(w),
+                    Err(e) => warn!(error = %e, "cannot watch the node registry; retrying"),
+                }
+            }
+            let s = self.settings.borrow().settings;
+            let now = Instant::now();
+            let mut wake = next_pass;
+            if let Some(expiry) = liveness.next_expiry(s.heartbeat_ttl.0, now) {
+                wake = wake.min(expiry);
+            }
+            let mut due = false;
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                change = next_change(&mut watch) => match change {
+                    Some(Change::Heartbeat(info)) => {
+                        liveness.heartbeat(info, s.heartbeat_ttl.0, Instant::now())
+                    }
+                    Some(Change::Left(node)) => liveness.left(&node, Instant::now()),
+                    None => watch = None,
+                },
+                _ = tokio::time::sleep_until(wake) => due = true,
+                _ = self.settings.changed() => due = true,
+                _ = self.leadership.changed() => due = true,
+            }
+            let now = Instant::now();
+            let view = liveness.view(s.heartbeat_ttl.0, now);
+            let View::Live(live) = view else {
+                continue;
+            };
+            let ids: Vec<String> = live.iter().map(|n| n.node_id.clone()).collect();
+            if ids != live_before {
+                due = true;
+                live_before = ids;
+            }
+            if !due || !self.leadership.borrow().is_leading() {
+                continue;
+            }
+            next_pass = now + PASS_EVERY;
+            if let Err(e) = self.pass(&live).await {
+                warn!(error = %e, "shard assignment pass failed");
+            }
+        }
+    }
+
+    /// One pass: read the map and the drains, plan, write the moves while still leading.
+    async fn pass(&self, live: &[NodeInfo]) -> Result<usize, ClusterError> {
+        let current = self.cluster.assignments().await?;
+        let draining: HashSet<String> = self
+            .cluster
+            .drains()
+            .await?
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        let owners: BTreeMap<u32, String> = current
+            .iter()
+            .map(|(a, _)| (a.shard, a.owner.clone()))
+            .collect();
+        let settings = self.settings.borrow().settings;
+        let moves = plan::plan(&plan::Input {
+            shard_count: self.shard_count,
+            owners: &owners,
+            live,
+            draining: &draining,
+            settings: &settings,
+            min_nodes: self.min_nodes,
+        });
+        let mut changes = 0;
+        for m in moves {
+            // The lease may run out during a pass: no write after that.
+            if !self.leadership.borrow().is_leading() {
+                break;
+            }
+            let existing = current.iter().find(|(a, _)| a.shard == m.shard);
+            let a = ShardAssignment {
+                shard: m.shard,
+                owner: m.to.clone(),
+                epoch: existing.map_or(1, |(a, _)| a.epoch + 1),
+            };
+            match self
+                .cluster
+                .put_assignment(&a, existing.map(|(_, rev)| *rev))
+                .await
+            {
+                Ok(_) => {
+                    info!(
+                        shard = m.shard,
+                        from = m.from.as_deref().unwrap_or("-"),
+                        to = %m.to,
+                        epoch = a.epoch,
+                        reason = m.reason.label(),
+                        "shard assigned"
+                    );
+                    metrics::SHARD_MOVES_TOTAL
+                        .with_label_values(&[m.reason.label()])
+                        .inc();
+                    changes += 1;
+                }
+                // Someone else wrote the key since it was read: the next pass sees it.
+                Err(ClusterError::Conflict { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(changes)
+    }
+}
+
+/// A change of the node registry.
+enum Change {
+    Heartbeat(NodeInfo),
+    Left(String),
+}
+
+/// The next change of the node registry, or None when the watch ended (or there is none: then
+/// after a pause, so the caller's retry does not spin).
+async fn next_change(watch: &mut Option<kv::Watch>) -> Option<Change> {
+    let Some(w) = watch else {
+        tokio::time::sleep(PASS_EVERY).await;
+        return None;
+    };
+    loop {
+        match w.next().await {
+            Some(Ok(e)) => match e.operation {
+                kv::Operation::Put => match serde_json::from_slice::<NodeInfo>(&e.value) {
+                    Ok(info) => return Some(Change::Heartbeat(info)),
+                    Err(err) => warn!(node = %e.key, error = %err, "unreadable node heartbeat"),
+                },
+                kv::Operation::Delete | kv::Operation::Purge => return Some(Change::Left(e.key)),
+            },
+            Some(Err(e)) => warn!(error = %e, "node registry watch error"),
+            None => return None,
+        }
+    }
+}
