@@ -50,9 +50,11 @@ pub struct ControlPlaneArgs {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sharding: Option<Sharding>,
     /// Copies JetStream keeps of every stream and bucket: 1 on one NATS server, 3 on a 3-node
-    /// NATS cluster. Existing streams and buckets are brought to this count.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=5))]
-    pub replicas: u8,
+    /// NATS cluster. A new cluster gets this many (default 1); given to a replica of an existing
+    /// cluster, its streams and buckets are brought to this count (left alone when not given).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=5))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<u8>,
     /// The cluster's live settings when this replica creates it; after that they change
     /// through `PUT /v1/settings` only.
     #[command(flatten)]
@@ -84,7 +86,7 @@ impl ControlPlaneArgs {
         let mut opts = Options::new(&self.id, token);
         opts.shard_count = self.shards;
         opts.sharding = self.sharding;
-        opts.replicas = self.replicas as usize;
+        opts.replicas = self.replicas.map(usize::from);
         opts.settings = self.settings;
         Ok(opts)
     }

@@ -72,6 +72,24 @@ async fn the_platform_survives_a_nats_server_a_shard_node_and_the_leader_being_k
         !out.status.success() && err.contains("created with --shards 8"),
         "{err}"
     );
+    // It changed nothing on its way out: every stream and bucket still has three replicas.
+    let js = async_nats::jetstream::new(
+        async_nats::connect(d.nats.url().split(',').next().unwrap())
+            .await
+            .unwrap(),
+    );
+    for name in [
+        "CHRONOSHARD_DISPATCH",
+        "CHRONOSHARD_RESULTS",
+        "KV_chronoshard_nodes",
+        "KV_chronoshard_shards",
+        "KV_chronoshard_workers",
+        "KV_chronoshard_control",
+    ] {
+        let mut stream = js.get_stream(name).await.unwrap();
+        let replicas = stream.info().await.unwrap().config.num_replicas;
+        assert_eq!(replicas, 3, "{name}");
+    }
 
     let jobs = every_second_jobs(&d, &api1, 8, 1).await;
     let started = Utc::now();
@@ -85,29 +103,27 @@ async fn the_platform_survives_a_nats_server_a_shard_node_and_the_leader_being_k
     };
     nats.kill(0).await.unwrap();
     let dead_since = Utc::now();
+    // A stream or consumer led by the dead server elects a new leader among its replicas; its
+    // results are applied once it has one.
     wait_for(
         "occurrences to fire with a nats-server down",
-        SETTLE,
+        Duration::from_secs(60),
         || async {
-            let fired: usize = futures::future::join_all(jobs.keys().map(|j| runs(&api2, j)))
-                .await
-                .iter()
-                .map(|r| {
-                    r.iter()
-                        .filter(|r| {
-                            r["status"] == "succeeded"
-                                && at(&r["scheduled_at"])
-                                    > dead_since + chrono::Duration::seconds(2)
-                        })
-                        .count()
+            let all = futures::future::join_all(jobs.keys().map(|j| runs(&api2, j))).await;
+            let after = dead_since + chrono::Duration::seconds(2);
+            // Every job has run an occurrence due with the server down.
+            all.iter()
+                .all(|runs| {
+                    runs.iter()
+                        .any(|r| r["status"] == "succeeded" && at(&r["scheduled_at"]) > after)
                 })
-                .sum();
-            (fired >= jobs.len()).then_some(())
+                .then_some(())
         },
     )
     .await
     .unwrap();
     nats.restart(0).await.unwrap();
+    let nats_window = (dead_since, Utc::now());
 
     // 2. A shard node that owns shards dies: its shards move.
     one_shots.extend(create_one_shots(&api2, &target, 2).await);
@@ -116,8 +132,10 @@ async fn the_platform_survives_a_nats_server_a_shard_node_and_the_leader_being_k
         !owners["node-b"].is_empty(),
         "node-b owns shards before it is killed"
     );
+    let node_killed = Utc::now();
     d.nodes.get_mut("node-b").unwrap().kill9().await;
     wait_settled(&api2, &["node-a", "node-c"]).await;
+    let node_window = (node_killed, Utc::now());
 
     // 3. The leading control plane dies: the other takes the lease within its TTL and keeps
     // the shard map right (a node lost now still fails over).
@@ -125,6 +143,7 @@ async fn the_platform_survives_a_nats_server_a_shard_node_and_the_leader_being_k
     let survivor = if leader == "cp-1" { "cp-2" } else { "cp-1" };
     let api = d.api(survivor);
     let killed = std::time::Instant::now();
+    let leader_killed = Utc::now();
     d.control_planes.get_mut(&leader).unwrap().0.kill9().await;
     wait_for("the surviving replica to lead", SETTLE, || async {
         let (_, c) = api.get("/v1/cluster").await;
@@ -133,6 +152,7 @@ async fn the_platform_survives_a_nats_server_a_shard_node_and_the_leader_being_k
     .await
     .unwrap();
     let took_over = killed.elapsed();
+    let leader_window = (leader_killed, Utc::now());
     assert!(
         took_over < Duration::from_secs(6),
         "took {took_over:?} (lease TTL 3 s)"
@@ -143,10 +163,29 @@ async fn the_platform_survives_a_nats_server_a_shard_node_and_the_leader_being_k
 
     // Every owed occurrence executed once, across all three faults.
     let upto = Utc::now() + chrono::Duration::seconds(1);
+    let mut late = [Duration::ZERO; 3];
+    let windows = [nats_window, node_window, leader_window];
     for job in jobs.keys() {
         let times = every_occurrence_once(&d, &api, job, upto).await;
         assert!(times[0] <= started);
+        // What each fault cost: the worst lateness of an occurrence due during it.
+        for t in times {
+            for (i, (from, to)) in windows.iter().enumerate() {
+                if t >= *from && t <= *to {
+                    let ran = executed_at(&d, job, t).unwrap();
+                    late[i] = late[i].max((ran - t).to_std().unwrap_or_default());
+                }
+            }
+        }
     }
+    eprintln!(
+        "worst lateness of an occurrence due during each fault: nats-server killed {:?} \
+         (down {:?}), shard node killed {:?}, leader killed {:?}",
+        late[0],
+        (nats_window.1 - nats_window.0).to_std().unwrap(),
+        late[1],
+        late[2]
+    );
     for job in &one_shots {
         wait_for(&format!("one-shot {job}"), SETTLE, || async {
             let runs = runs(&api, job).await;

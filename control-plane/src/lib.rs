@@ -42,8 +42,8 @@ pub struct Options {
     pub shard_count: Option<u32>,
     /// Sharding mode of a new cluster (None: tenant); given for an existing one, it must match.
     pub sharding: Option<Sharding>,
-    /// Stream and bucket replicas (see `Topology`).
-    pub replicas: usize,
+    /// Stream and bucket replicas (see `Topology`): None leaves existing ones as they are.
+    pub replicas: Option<usize>,
     /// The live settings a new cluster starts with.
     pub settings: Settings,
     /// Nodes to wait for before the first assignment of a new cluster.
@@ -61,7 +61,7 @@ impl Options {
             admin_token: admin_token.into(),
             shard_count: None,
             sharding: None,
-            replicas: 1,
+            replicas: None,
             settings: Settings::DEFAULT,
             min_nodes: 1,
             local: Default::default(),
@@ -125,6 +125,10 @@ impl ControlPlane {
             return Err(Error::Unsupported(
                 "time_window sharding is not available in this version; use --sharding tenant",
             ));
+        }
+        // A replica that will refuse to start must not change the cluster it refuses to join.
+        if let Some(config) = Cluster::existing_config(nats.data.clone()).await? {
+            check(&config, &opts)?;
         }
         let topology = Topology {
             replicas: opts.replicas,
@@ -209,6 +213,12 @@ async fn join_or_create(cluster: &Cluster, opts: &Options) -> Result<ClusterConf
         opts.sharding.unwrap_or_default(),
     );
     let config = cluster.init_config(&wanted).await?;
+    check(&config, opts)?;
+    Ok(config)
+}
+
+/// Refuses creation settings that differ from the cluster's.
+fn check(config: &ClusterConfig, opts: &Options) -> Result<(), Error> {
     if let Some(given) = opts.shard_count.filter(|n| *n != config.shard_count) {
         return Err(Error::Mismatch {
             setting: "--shards",
@@ -223,7 +233,7 @@ async fn join_or_create(cluster: &Cluster, opts: &Options) -> Result<ClusterConf
             given: given.to_string(),
         });
     }
-    Ok(config)
+    Ok(())
 }
 
 /// How often a replica puts its heartbeat (for `GET /v1/cluster`; the lease decides leadership).

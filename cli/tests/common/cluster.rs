@@ -88,6 +88,7 @@ impl Deployment {
         let p = Process::start(id, &args);
         p.printed(&format!("chronoshard control-plane {id} is ready"))
             .await;
+        p.printed("url:").await;
         let url = p
             .lines()
             .iter()
@@ -318,9 +319,20 @@ pub fn executed_at(d: &Deployment, job: &str, t: DateTime<Utc>) -> Option<DateTi
         .and_then(|v| v.first().copied())
 }
 
-/// Every run of `job` as the API shows it, not merely scheduled.
+/// Every run of `job` as the API shows it, not merely scheduled; none while the API answers
+/// otherwise (a 503 while a shard moves or NATS fails over: callers wait for a condition).
 pub async fn runs(api: &Api, job: &str) -> Vec<Value> {
-    api.past_runs(job).await
+    let (status, page) = api.get(&format!("/v1/jobs/{job}/runs?limit=500")).await;
+    if status != 200 {
+        return Vec::new();
+    }
+    page["runs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["status"] != "scheduled")
+        .cloned()
+        .collect()
 }
 
 pub const SETTLE: Duration = LONG;

@@ -187,20 +187,20 @@ impl std::fmt::Debug for Cluster {
 }
 
 /// How the control plane lays the streams and buckets out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Topology {
     /// Copies JetStream keeps of every stream and bucket: 1 on one server, 3 on a 3-node NATS
-    /// cluster (a server may then die without losing or blocking anything).
-    pub replicas: usize,
-}
-
-impl Default for Topology {
-    fn default() -> Self {
-        Topology { replicas: 1 }
-    }
+    /// cluster (a server may then die without losing or blocking anything). Streams and buckets
+    /// created now get this many (1 when not given); existing ones are brought to it when given
+    /// and left as they are when not, so a replica started without it changes nothing.
+    pub replicas: Option<usize>,
 }
 
 impl Topology {
+    fn count(&self) -> usize {
+        self.replicas.unwrap_or(1)
+    }
+
     fn streams(&self) -> [stream::Config; 2] {
         [
             stream::Config {
@@ -211,7 +211,7 @@ impl Topology {
                 discard: DiscardPolicy::New,
                 max_bytes: DISPATCH_MAX_BYTES,
                 duplicate_window: Duration::from_secs(120),
-                num_replicas: self.replicas,
+                num_replicas: self.count(),
                 ..Default::default()
             },
             stream::Config {
@@ -220,7 +220,7 @@ impl Topology {
                 retention: RetentionPolicy::WorkQueue,
                 storage: StorageType::File,
                 duplicate_window: Duration::from_secs(120),
-                num_replicas: self.replicas,
+                num_replicas: self.count(),
                 ..Default::default()
             },
         ]
@@ -232,7 +232,7 @@ impl Topology {
             history,
             max_age,
             storage: StorageType::File,
-            num_replicas: self.replicas,
+            num_replicas: self.count(),
             ..Default::default()
         }
     }
@@ -266,14 +266,14 @@ impl Cluster {
     pub async fn create(client: async_nats::Client, topology: &Topology) -> Result<Cluster> {
         let js = context(client.clone());
         for config in topology.streams() {
-            ensure_stream(&js, config).await?;
+            ensure_stream(&js, config, topology).await?;
         }
         let [nodes, shards, workers, control] = topology.buckets();
         let buckets = Buckets {
-            nodes: ensure_bucket(&js, nodes).await?,
-            shards: ensure_bucket(&js, shards).await?,
-            workers: ensure_bucket(&js, workers).await?,
-            control: ensure_bucket(&js, control).await?,
+            nodes: ensure_bucket(&js, nodes, topology).await?,
+            shards: ensure_bucket(&js, shards, topology).await?,
+            workers: ensure_bucket(&js, workers, topology).await?,
+            control: ensure_bucket(&js, control, topology).await?,
             job_index: tokio::sync::OnceCell::new(),
         };
         Ok(Cluster {
@@ -281,6 +281,19 @@ impl Cluster {
             js,
             client,
         })
+    }
+
+    /// The cluster config, if a control plane has created the cluster; reads only, creates and
+    /// changes nothing (a replica checks its creation settings with this before it touches the
+    /// topology).
+    pub async fn existing_config(
+        client: async_nats::Client,
+    ) -> Result<Option<chronoshard_wire::rpc::ClusterConfig>> {
+        let js = context(client);
+        let Ok(shards) = js.get_key_value(names::SHARDS_BUCKET).await else {
+            return Ok(None);
+        };
+        read::get_json(&shards, names::CLUSTER_CONFIG_KEY, "read cluster config").await
     }
 
     /// Opens the streams and buckets a control plane created, waiting (and saying so once) while
@@ -356,10 +369,11 @@ enum Missing {
     Not(Error),
 }
 
-/// Creates a stream, or brings an existing one to the wanted replica count and max age.
-async fn ensure_stream(js: &Context, config: stream::Config) -> Result<()> {
+/// Creates a stream, or brings an existing one to its max age (and the replica count, when the
+/// topology gives one).
+async fn ensure_stream(js: &Context, config: stream::Config, t: &Topology) -> Result<()> {
     match js.get_stream(&config.name).await {
-        Ok(_) => align(js, &config.name, config.num_replicas, config.max_age).await,
+        Ok(_) => align(js, &config.name, t.replicas, config.max_age).await,
         Err(_) => {
             js.create_stream(config)
                 .await
@@ -369,9 +383,9 @@ async fn ensure_stream(js: &Context, config: stream::Config) -> Result<()> {
     }
 }
 
-/// Brings the stream `name` (a bucket is the stream `KV_<bucket>`) to `replicas` copies and
-/// `max_age`; JetStream moves the data itself.
-async fn align(js: &Context, name: &str, replicas: usize, max_age: Duration) -> Result<()> {
+/// Brings the stream `name` (a bucket is the stream `KV_<bucket>`) to `max_age`, and to
+/// `replicas` copies if given; JetStream moves the data itself.
+async fn align(js: &Context, name: &str, replicas: Option<usize>, max_age: Duration) -> Result<()> {
     let mut existing = js.get_stream(name).await.map_err(nats("read a stream"))?;
     let have = existing
         .info()
@@ -379,6 +393,7 @@ async fn align(js: &Context, name: &str, replicas: usize, max_age: Duration) -> 
         .map_err(nats("read a stream"))?
         .config
         .clone();
+    let replicas = replicas.unwrap_or(have.num_replicas);
     if have.num_replicas == replicas && have.max_age == max_age {
         return Ok(());
     }
@@ -398,11 +413,11 @@ async fn align(js: &Context, name: &str, replicas: usize, max_age: Duration) -> 
     Ok(())
 }
 
-async fn ensure_bucket(js: &Context, config: kv::Config) -> Result<Store> {
+async fn ensure_bucket(js: &Context, config: kv::Config, t: &Topology) -> Result<Store> {
     match js.get_key_value(&config.bucket).await {
         Ok(store) => {
             let stream = format!("KV_{}", config.bucket);
-            align(js, &stream, config.num_replicas, config.max_age).await?;
+            align(js, &stream, t.replicas, config.max_age).await?;
             Ok(store)
         }
         Err(_) => js

@@ -105,9 +105,9 @@ impl Cluster {
         self.buckets
             .job_index
             .get_or_try_init(|| async {
-                let config =
-                    crate::Topology::default().bucket(names::JOB_INDEX_BUCKET, 1, Duration::ZERO);
-                crate::ensure_bucket(&self.js, config).await
+                let topology = crate::Topology::default();
+                let config = topology.bucket(names::JOB_INDEX_BUCKET, 1, Duration::ZERO);
+                crate::ensure_bucket(&self.js, config, &topology).await
             })
             .await
     }

@@ -94,6 +94,17 @@ impl NatsCluster {
         self.wait_jetstream(i).await
     }
 
+    /// The last `lines` lines of member `i`'s log, leaving out its attempts to reach a member
+    /// that is down (one a second per route connection).
+    pub fn log_tail(&self, i: usize, lines: usize) -> String {
+        let log = std::fs::read_to_string(&self.options[i].log_file).unwrap_or_default();
+        let all: Vec<&str> = log
+            .lines()
+            .filter(|l| !l.contains("Error trying to connect to route"))
+            .collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
     /// Waits until member `i` answers JetStream requests (the cluster has a meta leader).
     async fn wait_jetstream(&self, i: usize) -> anyhow::Result<()> {
         let client = async_nats::connect(self.member_url(i)).await?;
@@ -105,5 +116,18 @@ impl NatsCluster {
         )
         .await?;
         Ok(())
+    }
+}
+
+impl Drop for NatsCluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for i in 0..self.options.len() {
+                eprintln!(
+                    "--- last lines of nats-server n{i} ---\n{}",
+                    self.log_tail(i, 40)
+                );
+            }
+        }
     }
 }

@@ -41,6 +41,11 @@ const PULL_HEARTBEAT: Duration = Duration::from_secs(2);
 /// Pause before opening a pull again after opening one failed, or after a pull was lost this
 /// soon after it opened (a consumer that ends every pull at once must not make this a busy loop).
 const REOPEN_AFTER: Duration = Duration::from_secs(1);
+/// Longest wait for the result consumer and its pull to open. When the NATS server that led the
+/// consumer dies, a request to it is not answered (the context's 10 s timeout would apply) while
+/// the other replicas elect a new leader in a few seconds: asking again sooner applies results
+/// sooner.
+const OPEN_WITHIN: Duration = Duration::from_secs(3);
 
 type Batches = futures::stream::ReadyChunks<pull::Stream>;
 
@@ -171,12 +176,16 @@ async fn run(
             // A shard that stops must not wait for a server that does not answer.
             let opened = tokio::select! {
                 _ = stop.cancelled() => return,
-                opened = open(&ctx) => opened,
+                opened = tokio::time::timeout(OPEN_WITHIN, open(&ctx)) => opened,
             };
             match opened {
-                Ok(b) => break b,
-                Err(e) => {
+                Ok(Ok(b)) => break b,
+                Ok(Err(e)) => {
                     warn!(error = %e, "opening the result pull failed; trying again");
+                    pause = Some(REOPEN_AFTER);
+                }
+                Err(_) => {
+                    warn!(within = ?OPEN_WITHIN, "opening the result pull got no answer; trying again");
                     pause = Some(REOPEN_AFTER);
                 }
             }

@@ -247,6 +247,9 @@ pub(super) fn conflict(message: &str) -> ShardReply {
 pub(crate) fn error_reply(e: &ShardError) -> ShardReply {
     let code = match e {
         ShardError::Store(StoreError::Fenced { .. }) => RpcErrorCode::Fenced,
+        // The shard closed its database while the request ran (it is stopping or moving): not
+        // an answer about the job, so the caller asks the owner again.
+        ShardError::Store(StoreError::Db(sqlx::Error::PoolClosed)) => RpcErrorCode::NotOwner,
         _ => RpcErrorCode::Internal,
     };
     ShardReply::Error(RpcError::new(code, e.to_string()))
@@ -593,5 +596,19 @@ mod tests {
         assert!(
             matches!(&replies[1], ShardReply::Error(e) if e.message == "not a cron expression")
         );
+    }
+
+    /// A request that found the shard's database closed (the shard stopping or moving) is not
+    /// an internal error: the caller hears what it hears from a node that lost the shard.
+    #[test]
+    fn a_closed_database_is_answered_as_not_the_owner() {
+        let closed = ShardError::Store(StoreError::Db(sqlx::Error::PoolClosed));
+        let other = ShardError::Store(StoreError::Corrupt("x".into()));
+        let code = |r: ShardReply| match r {
+            ShardReply::Error(e) => e.code,
+            other => panic!("an error reply, not {other:?}"),
+        };
+        assert_eq!(code(error_reply(&closed)), RpcErrorCode::NotOwner);
+        assert_eq!(code(error_reply(&other)), RpcErrorCode::Internal);
     }
 }

@@ -510,7 +510,9 @@ impl Dispatcher {
                 if self.failures.is_power_of_two() {
                     warn!(ticket_id = %t.ticket_id, failures = self.failures, error = %e, "ticket publish failed; retrying with backoff");
                 }
-                let backoff = RETRY_AFTER * 2u32.pow(self.failures.ilog2().min(4));
+                // At most 2 s: a stream whose leader NATS re-elects (a server died) takes
+                // tickets again within seconds, and a longer pause would only add to lateness.
+                let backoff = RETRY_AFTER * 2u32.pow(self.failures.ilog2().min(2));
                 self.retry
                     .push_back((tokio::time::Instant::now() + backoff, o));
             }
