@@ -49,10 +49,10 @@ async fn run_through_restart(kill: bool) {
         .filter(|(_, calls)| calls.len() > 1)
         .collect();
     if kill {
-        // A crashed JetStream can forget an acknowledgement it had not yet written to disk
-        // (NATS-NOTES.md), so a delivery may come again. Until the worker's ticket journal
-        // (issue #4) absorbs that, a repeat is allowed only as the same ticket and attempt,
-        // i.e. under the same Idempotency-Key.
+        // A crashed JetStream can forget an acknowledgement it had not yet written to disk (it
+        // acknowledges first), so a delivery may come again, to a worker whose journal has not
+        // seen it: a repeat is allowed only as the same ticket and attempt, i.e. under the same
+        // Idempotency-Key.
         for (path, calls) in &twice {
             assert!(
                 calls.iter().all(|c| *c == calls[0]),

@@ -1,6 +1,6 @@
 //! The platform's REST API as the load test uses it: create and delete jobs, read runs, nodes
 //! and metrics.
-//! Only the public contract (DESIGN.md §4); no knowledge of shards or databases.
+//! Only the public contract (the REST API, openapi/openapi.json); no knowledge of shards or databases.
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! the API reports (runs with their ticket ids and `missed`/`skipped` statuses).
 //!
 //! An occurrence is identified by (job id, scheduled time); a ticket by its id. The rules checked
-//! are DESIGN.md §2's: one ticket per occurrence, always; a ticket's executor started twice only
+//! are the platform's guarantees: one ticket per occurrence, always; a ticket's executor started twice only
 //! when the process running the first start was killed before it could report.
 
 use std::collections::{BTreeSet, HashMap, HashSet};

@@ -472,7 +472,7 @@ async fn publish(run: &Run, js: &Context, subject: String) -> Result<u64> {
 }
 
 /// Tells the publisher how many tickets are due, until the returned sender is dropped. A thread
-/// rather than a tokio timer: tokio rounds sleeps up to its 1 ms tick (see NATS-NOTES.md), which
+/// rather than a tokio timer: tokio rounds sleeps up to its 1 ms tick, which
 /// would add up to a millisecond of the generator's own lateness to every round trip; a thread's
 /// timed wait is within ~0.1 ms.
 fn pacer(rate: f64, count: u64, t0: Instant) -> Result<(watch::Receiver<u64>, Sender<()>)> {

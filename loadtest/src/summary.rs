@@ -1,5 +1,5 @@
 //! From the probes' raw records to the report's figures: phase statistics, the timeline, and each
-//! figure next to its target (issue #5's targets for a 2-core machine). Pure: no clock, no I/O.
+//! figure next to its target (the platform's targets for a 2-core machine). Pure: no clock, no I/O.
 
 use std::collections::HashSet;
 

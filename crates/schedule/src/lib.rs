@@ -1,5 +1,5 @@
 //! Schedule evaluation for chronoshard: cron expressions in IANA time zones (with the DST rules
-//! of DESIGN.md §5), fixed intervals, and one-shot instants.
+//! stated below), fixed intervals, and one-shot instants.
 //!
 //! This crate owns "when does this schedule fire next". It is pure: no I/O, no clock reads, no
 //! global state. Every instant is passed in by the caller and every answer is a UTC instant.

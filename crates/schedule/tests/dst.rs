@@ -1,4 +1,4 @@
-//! Daylight-saving behaviour at fixed, hand-checked transitions (DESIGN.md §5):
+//! Daylight-saving behaviour at fixed, hand-checked transitions (the DST rules of the crate docs):
 //! gap → single-hour schedules fire once at the gap end, others skip the missing local times;
 //! overlap → single-hour schedules fire at the first instant only, others at both.
 

@@ -5,7 +5,7 @@
 //! This crate holds data and naming only. It must not do I/O and must not grow logic that belongs
 //! to one component: evaluation of schedules lives in `chronoshard-schedule`, storage in the shard
 //! node. Everything here is serialised as JSON; field names are part of the public contract
-//! (DESIGN.md §4, docs/protocol.md), so they are only ever extended, never renamed.
+//! (openapi/openapi.json, docs/protocol.md), so they are only ever extended, never renamed.
 
 pub mod duration;
 pub mod ids;

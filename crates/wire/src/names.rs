@@ -47,7 +47,7 @@ pub const HDR_ATTEMPT: &str = "Chronoshard-Attempt";
 /// body it cannot read.
 pub const HDR_SHARD: &str = "Chronoshard-Shard";
 
-/// Headers a worker sends with an HTTP target (DESIGN.md §6).
+/// Headers a worker sends with an HTTP target (docs/protocol.md).
 pub const HTTP_IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 pub const HTTP_JOB_ID: &str = "X-Chronoshard-Job-Id";
 pub const HTTP_SCHEDULED_AT: &str = "X-Chronoshard-Scheduled-At";

@@ -1,4 +1,4 @@
-//! The platform's own histograms, read from its `GET /metrics` (Prometheus text, DESIGN.md §4,
+//! The platform's own histograms, read from its `GET /metrics` (Prometheus text,
 //! docs/metrics.md) before and after the run, so the report shows what the platform measured
 //! itself beside what the load test's probes saw. They time other moments than the probes: the
 //! shards' fire lateness runs until the ticket is handed to the NATS client (before nats-server

@@ -1,5 +1,5 @@
 //! The HTTP sink: the target of `--target http` jobs. It answers 200 at once and writes down
-//! which ticket arrived when, from the executor headers of DESIGN.md §6.
+//! which ticket arrived when, from the executor headers (docs/protocol.md).
 
 use std::{
     net::SocketAddr,

@@ -52,7 +52,7 @@ pub fn plan(schedule: &Schedule, first: i64, now: i64, catchup: &CatchupSpec) ->
         steps += 1;
         let late = now - t;
         // A one-shot is due at once however late: catch-up policies are about recurring
-        // schedules (DESIGN.md §5: `at` in the past is due at once).
+        // schedules (an `at` in the past is due at once).
         if late <= GRACE_MS || matches!(schedule, Schedule::At(_)) {
             if let Some(prev) = pending_latest.take() {
                 not_fired(

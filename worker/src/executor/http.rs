@@ -1,4 +1,4 @@
-//! The HTTP executor: one request per attempt with the headers of DESIGN.md §6; a 2xx answer is
+//! The HTTP executor: one request per attempt with the executor headers (docs/protocol.md); a 2xx answer is
 //! success. [`HttpExecutor`] sends through the SSRF guard of [`super::ssrf`]; a refused target is
 //! a failed outcome whose error starts with `refused:`.
 

@@ -6,7 +6,7 @@
 //! They are rendered to text for `Cron::parse` (so parsing is checked too). The reference
 //! (`model`) decides each date by the tokens' definitions, walks every local wall-clock minute
 //! of a window (and every second of the matching minutes), maps each matching local time to
-//! instants with the DESIGN.md §5 rules applied literally, and compares all fires in
+//! instants with the crate's DST rules applied literally, and compares all fires in
 //! (after, after + horizon] with what repeated `next_after` calls produce. `after` is drawn
 //! around real DST transitions, of chosen zones and of random ones; a second property runs day
 //! tokens over two years in random zones.

@@ -1,5 +1,5 @@
 //! The brute-force reference: which local times match (day tokens by their definitions, date by
-//! date), which instants they fire at (the DESIGN.md §5 DST rules applied literally), and the
+//! date), which instants they fire at (the crate's DST rules applied literally), and the
 //! instants `after` is drawn around (real offset changes, in chosen and in random zones).
 
 use std::sync::OnceLock;
@@ -87,7 +87,7 @@ fn gap_end(tz: Tz, l: NaiveDateTime) -> (NaiveDateTime, DateTime<Utc>) {
     (x, first.with_timezone(&Utc))
 }
 
-/// Collects the instants matching local times fire at, by the DST rules of DESIGN.md §5.
+/// Collects the instants matching local times fire at, by the crate's DST rules.
 struct Fires {
     tz: Tz,
     single_hour: bool,

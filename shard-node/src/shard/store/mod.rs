@@ -104,7 +104,7 @@ impl Store {
                         Box::pin(async move {
                             // WAL + NORMAL survives a process crash; only an OS crash may lose
                             // the last commits, the same exposure a JetStream ack has
-                            // (NATS-NOTES.md).
+                            // (it acknowledges before it writes to disk).
                             conn.execute("PRAGMA journal_mode = WAL").await?;
                             conn.execute("PRAGMA synchronous = NORMAL").await?;
                             conn.execute("PRAGMA busy_timeout = 10000").await?;
