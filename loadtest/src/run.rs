@@ -14,7 +14,7 @@ use std::{
 use anyhow::{bail, Context};
 use chrono::{DateTime, Utc};
 use futures::{stream, StreamExt};
-use serde_json::json;
+use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -506,7 +506,14 @@ async fn nodes_balanced(api: &Api, want: usize) -> bool {
     let Ok(v) = api.nodes().await else {
         return false;
     };
-    let nodes = v["nodes"].as_array().cloned().unwrap_or_default();
+    // A node the control plane has lost stays listed for a while: it does not count.
+    let nodes: Vec<Value> = v["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| n["status"] != "lost")
+        .cloned()
+        .collect();
     nodes.len() >= want
         && nodes
             .iter()
