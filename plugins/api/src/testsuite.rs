@@ -109,8 +109,13 @@ impl<'a> Suite<'a> {
         inputs: impl Strategy<Value = Input>,
         test: impl Fn(Input) -> Result<(), String>,
     ) {
+        // PROPTEST_CASES, when set, wins (proptest's own `Config::default` reads it).
+        let cases = match std::env::var_os("PROPTEST_CASES") {
+            Some(_) => Config::default().cases,
+            None => self.cases,
+        };
         let mut runner = TestRunner::new(Config {
-            cases: self.cases,
+            cases,
             failure_persistence: None,
             ..Config::default()
         });
