@@ -12,6 +12,7 @@ pub mod api;
 pub mod assign;
 pub mod liveness;
 pub mod routing;
+pub mod strategy;
 
 use std::{net::SocketAddr, sync::Arc};
 
