@@ -24,6 +24,9 @@ mod plugin_dir;
 mod registry;
 mod validate;
 
+#[cfg(test)]
+mod tests;
+
 pub use builtin::DEFAULT_STRATEGY;
 pub use chronoshard_plugin_api::{Assignment, Input, Load, Node, Shard, ABI_VERSION};
 pub use error::Error;
