@@ -15,6 +15,7 @@ pub mod assign;
 pub mod leader;
 pub mod liveness;
 pub mod routing;
+pub mod strategy;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
