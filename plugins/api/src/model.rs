@@ -75,6 +75,10 @@ pub struct Load {
     /// Share of one machine's CPU the node uses, 0.0 to 1.0 (more on several cores).
     #[serde(default)]
     pub cpu_share: f64,
+    /// Shards the node has open and serving. Added within ABI version 1: a host that does not
+    /// send it leaves it 0.
+    #[serde(default)]
+    pub open_shards: u64,
 }
 
 /// A successful answer: the new assignment.

@@ -358,6 +358,7 @@ fn arb_node(index: usize) -> impl Strategy<Value = Node> {
             in_flight,
             wheel_size,
             cpu_share,
+            open_shards: 0,
         });
     let zone = prop::sample::select(vec!["z0", "z1", "z2"]);
     // Most nodes carry a `db_zone` label equal to their zone, some a different one, some none.

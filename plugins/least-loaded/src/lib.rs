@@ -160,16 +160,19 @@ mod tests {
             in_flight: 900,
             wheel_size: 9000,
             cpu_share: 0.9,
+            ..Load::default()
         };
         input.nodes[1].load = Load {
             in_flight: 100,
             wheel_size: 1000,
             cpu_share: 0.1,
+            ..Load::default()
         };
         input.nodes[2].load = Load {
             in_flight: 500,
             wheel_size: 5000,
             cpu_share: 0.5,
+            ..Load::default()
         };
         input.previous = Assignment::from([(0, "node-00".to_string())]);
         let a = LeastLoaded::assign(&input, &Config::default()).unwrap();
