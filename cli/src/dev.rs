@@ -181,6 +181,8 @@ impl Platform {
                     None => chronoshard_shard_node::Databases::Sqlite(opts.data.join("shards")),
                 },
                 local: local.clone(),
+                zone: None,
+                labels: Default::default(),
             };
             let nats = connect(format!("node-{i}")).await?;
             let (_, task) = ShardNode::start(node, nats, shutdown.clone()).await?;

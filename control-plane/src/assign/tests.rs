@@ -15,6 +15,9 @@ fn node(id: &str, open: &[u32], offset_ms: Option<f64>) -> NodeInfo {
         shards: open.to_vec(),
         settings_version: 1,
         clock_offset_ms: offset_ms,
+        zone: None,
+        labels: Default::default(),
+        wheel_size: 0,
     }
 }
 

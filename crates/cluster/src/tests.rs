@@ -15,6 +15,9 @@ fn node(id: &str) -> NodeInfo {
         shards: vec![],
         settings_version: 0,
         clock_offset_ms: None,
+        zone: None,
+        labels: Default::default(),
+        wheel_size: 0,
     }
 }
 
