@@ -53,6 +53,10 @@ pub struct Shared {
     pub config: chronoshard_wire::rpc::ClusterConfig,
     pub settings: crate::SettingsRx,
     pub leadership: tokio::sync::watch::Receiver<crate::leader::Leadership>,
+    /// The strategies this replica can run (`/v1/plugins`).
+    pub registry: crate::strategy::Registry,
+    /// The active strategy as the cluster state says.
+    pub strategy: tokio::sync::watch::Receiver<chronoshard_wire::strategy::VersionedStrategy>,
 }
 
 impl AppState {

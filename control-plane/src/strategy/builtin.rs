@@ -4,8 +4,9 @@
 
 use chronoshard_plugin_api::abi::StrategyVTable;
 
-/// The strategy a cluster uses until its settings name another.
-pub const DEFAULT_STRATEGY: &str = "balanced";
+/// The strategy a cluster uses until an operator activates another (the cluster state's
+/// default, so both name the same one).
+pub use chronoshard_wire::strategy::DEFAULT_STRATEGY;
 
 /// Every built-in strategy.
 pub fn builtins() -> [&'static StrategyVTable; 5] {

@@ -91,3 +91,32 @@ pub enum Error {
     #[error("the call to strategy {name:?} ended without an answer")]
     Lost { name: String },
 }
+
+impl Error {
+    /// A short, fixed name for the kind of failure: the `reason` label of
+    /// `chronoshard_strategy_errors_total` and of the last error `GET /v1/plugins` shows, so
+    /// the label set stays bounded whatever a plugin writes in its messages.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::NoPluginDir
+            | Error::BadName { .. }
+            | Error::Unreadable { .. }
+            | Error::NotFound { .. }
+            | Error::OutsideDir { .. }
+            | Error::Open { .. }
+            | Error::NotAPlugin { .. }
+            | Error::AbiMismatch { .. }
+            | Error::BuiltinName { .. } => "load",
+            Error::Unknown { .. } => "not_loaded",
+            Error::Disabled { .. } => "disabled",
+            Error::Timeout { .. } => "timeout",
+            Error::Panicked { .. } => "panicked",
+            Error::BadConfig { .. } => "bad_config",
+            Error::Failed { .. } => "failed",
+            Error::InputRefused { .. } | Error::InvalidInput { .. } => "input",
+            Error::BadReply { .. } => "bad_reply",
+            Error::InvalidAssignment { .. } => "invalid_assignment",
+            Error::Spawn { .. } | Error::Lost { .. } => "host",
+        }
+    }
+}

@@ -31,5 +31,5 @@ pub use builtin::DEFAULT_STRATEGY;
 pub use chronoshard_plugin_api::{Assignment, Input, Load, Node, Shard, ABI_VERSION};
 pub use error::Error;
 pub use plugin_dir::{file_name as plugin_file_name, MAX_NAME_LEN};
-pub use registry::{Options, Origin, Registry, StrategyInfo, DEFAULT_DEADLINE};
+pub use registry::{Failure, Options, Origin, Registry, StrategyInfo, DEFAULT_DEADLINE};
 pub use validate::Violation;

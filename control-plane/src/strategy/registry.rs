@@ -4,14 +4,15 @@
 //! disabled for the life of the process; a loaded library is never unloaded.
 //!
 //! It holds no cluster state: which strategy is active and its config live in the cluster
-//! settings, and the caller passes them in.
+//! state in KV, and the caller passes them in. What it keeps besides the strategies is this
+//! replica's record of each one's last failure, for `GET /v1/plugins`.
 
 use std::{
     collections::BTreeMap,
     path::PathBuf,
     sync::{
         atomic::{AtomicBool, Ordering},
-        Arc, PoisonError, RwLock,
+        Arc, Mutex, PoisonError, RwLock,
     },
     time::Duration,
 };
@@ -68,6 +69,20 @@ pub struct StrategyInfo {
     pub abi_version: u32,
     /// Refused since a call missed its deadline.
     pub disabled: bool,
+    /// The last failure of a call or a load on this replica, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<Failure>,
+}
+
+/// A strategy's last failure on this replica.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Failure {
+    /// When it happened.
+    pub at: chrono::DateTime<chrono::Utc>,
+    /// The kind of failure ([`Error::reason`]).
+    pub reason: &'static str,
+    /// The error in full.
+    pub message: String,
 }
 
 struct Entry {
@@ -78,12 +93,13 @@ struct Entry {
 }
 
 impl Entry {
-    fn info(&self) -> StrategyInfo {
+    fn info(&self, last_error: Option<Failure>) -> StrategyInfo {
         StrategyInfo {
             name: self.name.clone(),
             origin: self.origin.clone(),
             abi_version: self.vtable.abi_version(),
             disabled: self.disabled.load(Ordering::Relaxed),
+            last_error,
         }
     }
 }
@@ -92,6 +108,9 @@ struct Inner {
     plugin_dir: Option<PathBuf>,
     deadline: Duration,
     entries: RwLock<BTreeMap<String, Arc<Entry>>>,
+    /// Strategy name → its last failure. Also names that are not registered (a load that
+    /// failed), so the active strategy's trouble shows even when it never loaded.
+    failures: Mutex<BTreeMap<String, Failure>>,
 }
 
 /// The strategy registry; cheap to clone, every clone the same registry.
@@ -130,20 +149,52 @@ impl Registry {
                 plugin_dir: options.plugin_dir,
                 deadline: options.deadline,
                 entries: RwLock::new(entries),
+                failures: Mutex::new(BTreeMap::new()),
             }),
         }
+    }
+
+    /// The plugin directory, if one is configured.
+    pub fn plugin_dir(&self) -> Option<&std::path::Path> {
+        self.inner.plugin_dir.as_deref()
     }
 
     /// Every registered strategy, by name.
     pub fn list(&self) -> Vec<StrategyInfo> {
         let entries = self.inner.entries.read();
         let entries = entries.unwrap_or_else(PoisonError::into_inner);
-        entries.values().map(|e| e.info()).collect()
+        entries
+            .values()
+            .map(|e| e.info(self.last_error(&e.name)))
+            .collect()
     }
 
     /// One registered strategy.
     pub fn info(&self, name: &str) -> Option<StrategyInfo> {
-        self.entry(name).map(|e| e.info())
+        self.entry(name).map(|e| e.info(self.last_error(name)))
+    }
+
+    /// The last failure of strategy `name` on this replica, registered or not.
+    pub fn last_error(&self, name: &str) -> Option<Failure> {
+        let failures = self.inner.failures.lock();
+        failures
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .cloned()
+    }
+
+    fn note(&self, name: &str, error: &Error) {
+        let failure = Failure {
+            at: chrono::Utc::now(),
+            reason: error.reason(),
+            message: error.to_string(),
+        };
+        let mut failures = self
+            .inner
+            .failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        failures.insert(name.to_string(), failure);
     }
 
     fn entry(&self, name: &str) -> Option<Arc<Entry>> {
@@ -167,7 +218,7 @@ impl Registry {
                 Origin::Builtin => Err(Error::BuiltinName {
                     name: name.to_string(),
                 }),
-                Origin::File { .. } => Ok(entry.info()),
+                Origin::File { .. } => Ok(entry.info(self.last_error(name))),
             };
         }
         let dir = self.inner.plugin_dir.clone().ok_or(Error::NoPluginDir)?;
@@ -197,16 +248,21 @@ impl Registry {
                 disabled: AtomicBool::new(false),
             })
         });
-        Ok(entry.info())
+        Ok(entry.info(self.last_error(name)))
     }
 
-    /// The strategy if registered, else loaded from the plugin directory: what a leader that just
-    /// took over calls for the strategy the cluster settings name.
+    /// The strategy if registered, else loaded from the plugin directory: what every replica
+    /// calls for the strategy the cluster state names, so the next leader has it. A failure is
+    /// recorded as the strategy's last error.
     pub async fn ensure(&self, name: &str) -> Result<StrategyInfo, Error> {
-        match self.info(name) {
-            Some(info) => Ok(info),
-            None => self.load(name).await,
+        if let Some(info) = self.info(name) {
+            return Ok(info);
         }
+        let loaded = self.load(name).await;
+        if let Err(e) = &loaded {
+            self.note(name, e);
+        }
+        loaded
     }
 
     /// Asks strategy `name` whether it accepts `config`, before the config is activated.
@@ -222,15 +278,27 @@ impl Registry {
         let vtable = entry.vtable;
         let reply = self
             .run(&entry, move || vtable.validate_config(&body))
-            .await?;
+            .await
+            // A missed deadline disables the strategy whoever called: it is its last error.
+            .inspect_err(|e| self.note(name, e))?;
         read_status(name, reply).map(drop)
     }
 
     /// Runs strategy `name` on `input` (which carries the previous assignment and the
     /// strategy's config) and returns its assignment once checked: every shard exactly once, on
     /// live nodes that are not draining, within capacity. On any error the caller keeps the
-    /// assignment in force.
+    /// assignment in force, and the error is recorded as the strategy's last one (except
+    /// `Disabled`, which would hide the missed deadline that disabled it).
     pub async fn assign(&self, name: &str, input: Input) -> Result<Assignment, Error> {
+        let result = self.call_assign(name, input).await;
+        match &result {
+            Err(Error::Disabled { .. }) | Ok(_) => {}
+            Err(e) => self.note(name, e),
+        }
+        result
+    }
+
+    async fn call_assign(&self, name: &str, input: Input) -> Result<Assignment, Error> {
         let entry = self.usable(name)?;
         validate::check_input(&input).map_err(|reason| Error::InvalidInput { reason })?;
         let vtable = entry.vtable;

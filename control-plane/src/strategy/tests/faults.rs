@@ -38,7 +38,12 @@ async fn a_panic_in_a_plugin_is_an_error_and_the_plugin_stays_usable() {
     }
     let fine = registry.assign("faulty", input("ok")).await.unwrap();
     assert_eq!(fine.len(), 8);
-    assert!(!registry.info("faulty").unwrap().disabled);
+    let info = registry.info("faulty").unwrap();
+    assert!(!info.disabled);
+    // The panic stays on record after a good call, for the operator to see.
+    let last = info.last_error.expect("the panic is recorded");
+    assert_eq!(last.reason, "panicked");
+    assert!(last.message.contains("panics as asked"), "{}", last.message);
 }
 
 #[tokio::test]
@@ -58,6 +63,9 @@ async fn a_plugin_past_its_deadline_is_disabled_without_blocking_the_caller() {
         matches!(refused, Err(Error::Disabled { .. })),
         "{refused:?}"
     );
+    // The refusals do not hide why it was disabled.
+    let last = registry.last_error("faulty").unwrap();
+    assert_eq!(last.reason, "timeout", "{last:?}");
     let refused = registry.validate_config("faulty", &Value::Null).await;
     assert!(
         matches!(refused, Err(Error::Disabled { .. })),

@@ -250,3 +250,21 @@ async fn the_zone_affinity_example_keeps_shards_in_their_zones() {
         assert_eq!(node, expected, "shard {shard}");
     }
 }
+
+/// What a replica's background load of the active strategy ran into is on record, for the
+/// strategy that never got registered.
+#[tokio::test]
+async fn a_failed_ensure_is_recorded_as_the_strategys_last_error() {
+    let dir = plugin_dir(&[]);
+    let registry = registry(&dir, GENEROUS);
+    let missing = registry.ensure("missing").await;
+    assert!(
+        matches!(missing, Err(Error::NotFound { .. })),
+        "{missing:?}"
+    );
+    assert!(registry.info("missing").is_none());
+    let last = registry.last_error("missing").expect("recorded");
+    assert_eq!(last.reason, "load");
+    assert!(last.message.contains("not found"), "{}", last.message);
+    assert_eq!(registry.last_error("balanced"), None);
+}
