@@ -10,6 +10,7 @@ pub mod dlq;
 pub mod error;
 pub mod jobs;
 pub mod ops;
+pub mod plugins;
 pub mod schedule;
 pub mod settings;
 pub mod tenants;
@@ -89,6 +90,7 @@ Errors are application/problem+json (RFC 9457) with a stable `code`; input error
         (name = "tenants", description = "Tenant-wide pause, resume and trigger"),
         (name = "schedule", description = "Schedule evaluation"),
         (name = "cluster", description = "Control-plane replicas and the leader, shards, nodes, workers and live settings"),
+        (name = "plugins", description = "Assignment strategies: the built-ins and plugins, loading a plugin from the plugin directory, activating a strategy"),
         (name = "operations", description = "Health, readiness, metrics (no token)")
     )
 )]
@@ -128,6 +130,8 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(cluster::undrain_node))
         .routes(routes!(cluster::get_cluster))
         .routes(routes!(settings::get_settings, settings::put_settings))
+        .routes(routes!(plugins::list_plugins, plugins::load_plugin))
+        .routes(routes!(plugins::put_strategy))
         .routes(routes!(workers::list_workers))
         .routes(routes!(workers::drain_worker))
         .routes(routes!(ops::healthz))

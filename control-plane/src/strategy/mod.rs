@@ -14,7 +14,8 @@
 //!   an [`Error`], never a crash, and the caller keeps the assignment in force.
 //!
 //! It must not touch cluster state: the active strategy and its config live in the cluster
-//! settings, and the assignment loop and the REST handlers pass them in.
+//! state in KV (the `strategy` entry), and the assignment loop and the REST handlers pass them
+//! in.
 
 mod builtin;
 mod call;
