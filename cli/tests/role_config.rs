@@ -311,7 +311,7 @@ fn control_plane_settings_and_the_clusters_initial_live_settings_come_from_one_p
         &file,
         format!(
             "id = \"cp-1\"\ntoken_file = {:?}\nshards = 16\nsharding = \"tenant\"\nreplicas = 3\n\
-             heartbeat_ttl = \"2s\"\nmax_moves = 2\nrebalance = false\n",
+             heartbeat_ttl = \"2s\"\nmax_moves = 2\nrebalance = false\nplugin_dir = \"/srv/plugins\"\n",
             token.to_str().unwrap()
         ),
     )
@@ -328,6 +328,7 @@ fn control_plane_settings_and_the_clusters_initial_live_settings_come_from_one_p
     assert_eq!(t["heartbeat_ttl"].as_str(), Some("2s"));
     assert_eq!(t["max_moves"].as_integer(), Some(2));
     assert_eq!(t["rebalance"].as_bool(), Some(false));
+    assert_eq!(t["plugin_dir"].as_str(), Some("/srv/plugins"));
     // Not given: the live settings' defaults.
     let d = chronoshard_wire::settings::Settings::DEFAULT;
     assert_eq!(
