@@ -2,8 +2,9 @@
 //! control plane started with `--plugin-dir`, shard nodes with zones and labels, a worker, and
 //! every-second jobs firing throughout. The zone-affinity example, loaded with
 //! `POST /v1/plugins` and activated with `PUT /v1/strategy`, moves each shard to a node of its
-//! zone; a plugin that panics or hangs moves nothing, takes nothing down, and a node killed
-//! meanwhile still fails over. Loading anything but a plain name from the directory is refused
+//! zone, and keeps doing so on the next leader, which loads it from its own plugin directory; a
+//! plugin that panics, answers an invalid assignment or hangs moves nothing, takes nothing
+//! down, and a node killed meanwhile still fails over. Loading anything but a plain name from the directory is refused
 //! with a problem document. No occurrence is lost or doubled.
 
 mod common;
@@ -260,18 +261,59 @@ async fn the_zone_affinity_plugin_moves_shards_to_their_zones_without_a_lost_or_
         0.0
     );
 
+    // A replica that starts now loads the active plugin from its own plugin directory by
+    // itself, and keeps placing shards by zone once it leads.
+    d.control_plane("cp-2", &["--plugin-dir", dir]).await;
+    let api2 = d.api("cp-2");
+    wait_for("cp-2 to load the active strategy", SETTLE, || async {
+        let (_, list) = api2.get("/v1/plugins").await;
+        let active = &list["active"];
+        (active["name"] == "zone-affinity" && active["loaded"] == true).then_some(())
+    })
+    .await
+    .unwrap();
+    d.control_planes.get_mut("cp-1").unwrap().0.kill9().await;
+    wait_for("cp-2 to lead", SETTLE, || async {
+        let (_, cluster) = api2.get("/v1/cluster").await;
+        (cluster["leader"] == "cp-2").then_some(())
+    })
+    .await
+    .unwrap();
+    d.node_with("node-d", &["--label", "db_zone=east"]).await;
+    let all = ["node-a", "node-b", "node-c", "node-d"];
+    let shared = wait_for(
+        "the east shards to spread over node-a and node-d",
+        SETTLE,
+        || async {
+            let owners = settled(&api2, &all).await?;
+            let east: BTreeSet<u64> = owners["node-a"].union(&owners["node-d"]).copied().collect();
+            let west: BTreeSet<u64> = owners["node-b"].union(&owners["node-c"]).copied().collect();
+            let spread = owners.values().all(|s| s.len() == 1);
+            (east == BTreeSet::from([0, 1]) && west == BTreeSet::from([2, 3]) && spread)
+                .then_some(owners)
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        api2.metric_sum("chronoshard_strategy_errors_total").await,
+        0.0
+    );
+
     let upto = Utc::now() + chrono::Duration::seconds(1);
     for job in jobs.keys() {
-        every_occurrence_once(&d, &api, job, upto).await;
+        every_occurrence_once(&d, &api2, job, upto).await;
     }
-    eprintln!("zone-affinity placed the shards as {owners:?}");
+    eprintln!(
+        "zone-affinity placed the shards as {owners:?}, then on the next leader as {shared:?}"
+    );
 
     // A plugin directory that is not there stops a control plane at start, saying why.
     let nats = d.nats.url();
     let args = [
         "control-plane",
         "--id",
-        "cp-2",
+        "cp-3",
         "--nats",
         &nats,
         "--http",
@@ -281,7 +323,7 @@ async fn the_zone_affinity_plugin_moves_shards_to_their_zones_without_a_lost_or_
         "--plugin-dir",
         "/nonexistent/plugins",
     ];
-    let mut bad = Process::start("cp-2", &args);
+    let mut bad = Process::start("cp-3", &args);
     assert_ne!(bad.exited(SETTLE).await, Some(0));
     bad.printed("--plugin-dir /nonexistent/plugins: no such directory")
         .await;
