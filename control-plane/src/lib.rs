@@ -184,8 +184,13 @@ impl ControlPlane {
             .instrument(span.clone()),
         );
         let loader = tokio::spawn(
-            active::keep_loaded(registry.clone(), active.clone(), shutdown.clone())
-                .instrument(span.clone()),
+            active::keep_loaded(
+                registry.clone(),
+                active.clone(),
+                active::RETRY_LOAD,
+                shutdown.clone(),
+            )
+            .instrument(span.clone()),
         );
         let beat = tokio::spawn(
             replica_heartbeat(membership, opts.id.clone(), addr, shutdown.clone())

@@ -25,8 +25,9 @@ mod plugin_dir;
 mod registry;
 mod validate;
 
+// Shared with the other modules' tests that need real plugin files.
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use builtin::DEFAULT_STRATEGY;
 pub use chronoshard_plugin_api::{Assignment, Input, Load, Node, Shard, ABI_VERSION};

@@ -32,7 +32,7 @@ const CRATES: [(&str, Option<&str>); 6] = [
 ];
 
 /// A deadline no healthy call comes near, for tests that are not about deadlines.
-const GENEROUS: Duration = Duration::from_secs(30);
+pub(crate) const GENEROUS: Duration = Duration::from_secs(30);
 
 fn workspace_root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -67,13 +67,13 @@ fn built() -> &'static Path {
 }
 
 /// The library file cargo made for `krate`.
-fn library(krate: &str) -> PathBuf {
+pub(crate) fn library(krate: &str) -> PathBuf {
     let file = format!("{DLL_PREFIX}{}{DLL_SUFFIX}", krate.replace('-', "_"));
     built().join(file)
 }
 
 /// A temporary plugin directory holding each `(crate, name)` as `<name>.so`.
-fn plugin_dir(plugins: &[(&str, &str)]) -> TempDir {
+pub(crate) fn plugin_dir(plugins: &[(&str, &str)]) -> TempDir {
     let dir = tempfile::tempdir().expect("temp dir");
     for (krate, name) in plugins {
         let to = dir.path().join(plugin_file_name(name));
@@ -83,7 +83,7 @@ fn plugin_dir(plugins: &[(&str, &str)]) -> TempDir {
 }
 
 /// A registry loading from `dir`, with `deadline`.
-fn registry(dir: &TempDir, deadline: Duration) -> Registry {
+pub(crate) fn registry(dir: &TempDir, deadline: Duration) -> Registry {
     Registry::new(Options {
         plugin_dir: Some(dir.path().to_path_buf()),
         deadline,
