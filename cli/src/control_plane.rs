@@ -55,6 +55,13 @@ pub struct ControlPlaneArgs {
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=5))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replicas: Option<u8>,
+    /// Directory this replica loads assignment-strategy plugins from, by name
+    /// (`POST /v1/plugins {"name": "N"}` opens DIR/N.so; a replica loads the active strategy
+    /// from here by itself). Without it only the built-in strategies exist. Make it writable by
+    /// the operator alone: a plugin runs inside the control plane.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plugin_dir: Option<PathBuf>,
     /// The cluster's live settings when this replica creates it; after that they change
     /// through `PUT /v1/settings` only.
     #[command(flatten)]
@@ -88,6 +95,7 @@ impl ControlPlaneArgs {
         opts.sharding = self.sharding;
         opts.replicas = self.replicas.map(usize::from);
         opts.settings = self.settings;
+        opts.plugin_dir = self.plugin_dir.clone();
         Ok(opts)
     }
 }
@@ -113,6 +121,9 @@ pub async fn run(args: ControlPlaneArgs, shutdown: CancellationToken) -> anyhow:
     println!("  url:    http://{}", handle.addr);
     println!("  nats:   {}", args.nats);
     println!("  shards: {}", handle.shard_count);
+    if let Some(dir) = &args.plugin_dir {
+        println!("  plugins: {}", dir.display());
+    }
     task.await.context("the control plane task failed")?;
     println!("stopped");
     Ok(())

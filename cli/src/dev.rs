@@ -54,6 +54,10 @@ pub struct DevArgs {
     /// `postgres://user@127.0.0.1:5432/chronoshard`) instead of SQLite files under DATA.
     #[arg(long, env = "CHRONOSHARD_POSTGRES")]
     pub postgres: Option<String>,
+    /// Directory assignment-strategy plugins are loaded from, by name (`POST /v1/plugins
+    /// {"name": "N"}` opens DIR/N.so). Without it only the built-in strategies exist.
+    #[arg(long, env = "CHRONOSHARD_PLUGIN_DIR")]
+    pub plugin_dir: Option<PathBuf>,
     /// The live settings of a new data directory (after that, `PUT /v1/settings`).
     #[command(flatten)]
     pub settings: Settings,
@@ -74,6 +78,7 @@ impl DevArgs {
             sharding: self.sharding,
             settings: self.settings,
             postgres: self.postgres.clone(),
+            plugin_dir: self.plugin_dir.clone(),
         })
     }
 }
@@ -94,6 +99,8 @@ pub struct DevOptions {
     pub settings: Settings,
     /// Shard databases in this Postgres database (a schema each) instead of SQLite files.
     pub postgres: Option<String>,
+    /// Where strategy plugins are loaded from (None: built-in strategies only).
+    pub plugin_dir: Option<PathBuf>,
 }
 
 impl DevOptions {
@@ -108,6 +115,7 @@ impl DevOptions {
             sharding: Sharding::Tenant,
             settings: Settings::DEFAULT,
             postgres: None,
+            plugin_dir: None,
         }
     }
 }
@@ -165,6 +173,7 @@ impl Platform {
         cp_opts.settings = opts.settings;
         cp_opts.min_nodes = opts.shard_nodes;
         cp_opts.local = local.clone();
+        cp_opts.plugin_dir = opts.plugin_dir.clone();
         let (cp, task) = ControlPlane::start(
             cp_opts,
             connect("control-plane".into()).await?,
@@ -181,6 +190,8 @@ impl Platform {
                     None => chronoshard_shard_node::Databases::Sqlite(opts.data.join("shards")),
                 },
                 local: local.clone(),
+                zone: None,
+                labels: Default::default(),
             };
             let nats = connect(format!("node-{i}")).await?;
             let (_, task) = ShardNode::start(node, nats, shutdown.clone()).await?;

@@ -8,7 +8,7 @@
 //! It only wires `chronoshard_shard_node::ShardNode` to a NATS connection; what a node does, and
 //! who owns which shard, is not decided here.
 
-use std::{path::PathBuf, time::Duration};
+use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 
 use anyhow::Context;
 use chronoshard_cluster::Cluster;
@@ -43,6 +43,17 @@ pub struct ShardNodeArgs {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub postgres: Option<String>,
+    /// The node's failure domain (availability zone, rack; 1-64 of A-Z a-z 0-9 _ -), passed to
+    /// the assignment strategy.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// A label for the assignment strategy, KEY=VALUE (each 1-64 of A-Z a-z 0-9 _ -); repeat
+    /// the flag, or separate them with commas, for several. The zone-affinity example reads the
+    /// zone whose databases a node reaches from `db_zone`.
+    #[arg(long, value_delimiter = ',')]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub label: Vec<String>,
 }
 
 impl ShardNodeArgs {
@@ -68,13 +79,37 @@ impl ShardNodeArgs {
                  the directory `chronoshard dev --data DIR` uses) or --postgres URL"
             ),
         };
+        if let Some(zone) = &self.zone {
+            check_token("zone", zone, 64)
+                .map_err(|e| anyhow::anyhow!("--zone {zone:?}: {}", e.message))?;
+        }
         Ok(Options {
             node_id: self.node_id.clone(),
             databases,
             // A node process has no control plane in it: every call reaches it over NATS.
             local: Default::default(),
+            zone: self.zone.clone(),
+            labels: labels(&self.label)?,
         })
     }
+}
+
+/// `KEY=VALUE` labels as a map; a key given twice is refused rather than one of them dropped.
+fn labels(given: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut labels = BTreeMap::new();
+    for label in given {
+        let (key, value) = label
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--label {label:?}: must be KEY=VALUE"))?;
+        for (part, text) in [("key", key), ("value", value)] {
+            check_token(part, text, 64)
+                .map_err(|e| anyhow::anyhow!("--label {label:?}: the {part} {}", e.message))?;
+        }
+        if labels.insert(key.to_string(), value.to_string()).is_some() {
+            anyhow::bail!("--label {key}: given twice");
+        }
+    }
+    Ok(labels)
 }
 
 /// Runs the node until `shutdown` fires, then closes its shards and deregisters it.

@@ -45,6 +45,8 @@ async fn a_node_whose_clock_is_off_takes_no_shards_and_says_why() {
         node_id: id.into(),
         databases: Databases::Sqlite(dir.path().join("shards")),
         local: Default::default(),
+        zone: None,
+        labels: Default::default(),
     };
     ShardNode::start(node("good"), nats.client().await.unwrap(), shutdown.clone())
         .await

@@ -224,6 +224,83 @@ fn shard_node_bad_settings_are_refused_with_the_setting_named() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--node-id"));
 }
 
+/// A node's zone and labels, for the assignment strategy: from the file, a variable (labels
+/// separated by commas) or repeated flags; dumped as they were read; a malformed or repeated
+/// label is refused by name.
+#[test]
+fn shard_node_zone_and_labels_come_from_every_source_and_bad_ones_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("node.toml");
+    std::fs::write(
+        &file,
+        "node_id = \"n\"\ndata = \"d\"\nzone = \"z-1\"\nlabel = [\"db_zone=z-1\", \"rack=r7\"]\n",
+    )
+    .unwrap();
+    let path = file.to_str().unwrap();
+    let t = dumped(&role(
+        "shard-node",
+        &["--config", path, "--dump-config"],
+        &[],
+    ));
+    assert_eq!(t["zone"].as_str(), Some("z-1"));
+    let labels: Vec<&str> = t["label"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["db_zone=z-1", "rack=r7"]);
+    let env = [
+        ("CHRONOSHARD_CONFIG", path),
+        ("CHRONOSHARD_LABEL", "db_zone=z-2,rack=r1"),
+    ];
+    let t = dumped(&role("shard-node", &["--dump-config"], &env));
+    assert_eq!(t["label"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        t["label"][0].as_str(),
+        Some("db_zone=z-2"),
+        "variable over file"
+    );
+    let flags = ["--label", "db_zone=z-3", "--label", "a=b", "--dump-config"];
+    let t = dumped(&role("shard-node", &flags, &env));
+    assert_eq!(
+        t["label"][0].as_str(),
+        Some("db_zone=z-3"),
+        "flag over variable"
+    );
+    // Without any, neither is dumped.
+    let t = dumped(&role(
+        "shard-node",
+        &["--node-id", "n", "--data", "d", "--dump-config"],
+        &[],
+    ));
+    assert!(t.get("zone").is_none() && t.get("label").is_none(), "{t}");
+
+    let base = ["--node-id", "n", "--data", "d", "--dump-config"];
+    for (extra, says) in [
+        (
+            &["--label", "db_zone"][..],
+            "--label \"db_zone\": must be KEY=VALUE",
+        ),
+        (
+            &["--label", "a b=c"],
+            "--label \"a b=c\": the key must be 1-64",
+        ),
+        (&["--label", "k="], "--label \"k=\": the value must be 1-64"),
+        (
+            &["--label", "k=1", "--label", "k=2"],
+            "--label k: given twice",
+        ),
+        (&["--zone", "eu/1"], "--zone \"eu/1\": must be 1-64"),
+    ] {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        let out = role("shard-node", &args, &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?} was accepted");
+        assert!(err.contains(says), "{extra:?}: {err}");
+    }
+}
+
 #[test]
 fn control_plane_settings_and_the_clusters_initial_live_settings_come_from_one_place() {
     let dir = tempfile::tempdir().unwrap();
@@ -234,7 +311,7 @@ fn control_plane_settings_and_the_clusters_initial_live_settings_come_from_one_p
         &file,
         format!(
             "id = \"cp-1\"\ntoken_file = {:?}\nshards = 16\nsharding = \"tenant\"\nreplicas = 3\n\
-             heartbeat_ttl = \"2s\"\nmax_moves = 2\nrebalance = false\n",
+             heartbeat_ttl = \"2s\"\nmax_moves = 2\nrebalance = false\nplugin_dir = \"/srv/plugins\"\n",
             token.to_str().unwrap()
         ),
     )
@@ -251,6 +328,7 @@ fn control_plane_settings_and_the_clusters_initial_live_settings_come_from_one_p
     assert_eq!(t["heartbeat_ttl"].as_str(), Some("2s"));
     assert_eq!(t["max_moves"].as_integer(), Some(2));
     assert_eq!(t["rebalance"].as_bool(), Some(false));
+    assert_eq!(t["plugin_dir"].as_str(), Some("/srv/plugins"));
     // Not given: the live settings' defaults.
     let d = chronoshard_wire::settings::Settings::DEFAULT;
     assert_eq!(

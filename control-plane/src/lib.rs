@@ -5,18 +5,22 @@
 //! - `routing`: tenant → shard (consistent hashing) and request-reply to the owner;
 //! - `leader`: the lease that makes exactly one replica the leader;
 //! - `assign`: the leader's loop that keeps every shard assigned (`assign::plan` is pure);
+//! - `strategy`: the strategy host (built-in strategies and plugins, called under a deadline);
+//! - `active`: keeps the strategy the cluster state names loaded on this replica;
 //! - `liveness`: which nodes are alive, from the registry's changes (pure).
 //!
 //! It keeps no database of its own: cluster state lives in JetStream KV, jobs in shard databases.
 //! Every replica serves the whole API; only the leader writes the shard map.
 
+pub mod active;
 pub mod api;
 pub mod assign;
 pub mod leader;
 pub mod liveness;
 pub mod routing;
+pub mod strategy;
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use chronoshard_cluster::{Cluster, Connections, Topology};
 use chronoshard_wire::{
@@ -51,6 +55,11 @@ pub struct Options {
     /// Shards of nodes in this process, called without NATS (`chronoshard dev` shares one
     /// with its nodes); a default one is empty and every call goes over NATS.
     pub local: chronoshard_cluster::LocalShards,
+    /// Where strategy plugins are loaded from, by name (`--plugin-dir`); None: the built-in
+    /// strategies only.
+    pub plugin_dir: Option<PathBuf>,
+    /// Longest a strategy call may take; a strategy that misses it is disabled.
+    pub strategy_deadline: Duration,
 }
 
 impl Options {
@@ -65,6 +74,8 @@ impl Options {
             settings: Settings::DEFAULT,
             min_nodes: 1,
             local: Default::default(),
+            plugin_dir: None,
+            strategy_deadline: strategy::DEFAULT_DEADLINE,
         }
     }
 }
@@ -89,6 +100,9 @@ pub enum Error {
     Unsupported(&'static str),
     #[error("invalid settings: {0}")]
     Settings(#[from] chronoshard_wire::settings::SettingsError),
+    /// The plugin directory is not a directory this process can read.
+    #[error("--plugin-dir {}: {reason}", path.display())]
+    PluginDir { path: PathBuf, reason: String },
 }
 
 /// A running control-plane replica.
@@ -121,6 +135,9 @@ impl ControlPlane {
     ) -> Result<(Handle, JoinHandle<()>), Error> {
         let nats = nats.into();
         opts.settings.validate()?;
+        if let Some(dir) = &opts.plugin_dir {
+            check_plugin_dir(dir)?;
+        }
         if opts.sharding == Some(Sharding::TimeWindow) {
             return Err(Error::Unsupported(
                 "time_window sharding is not available in this version; use --sharding tenant",
@@ -138,6 +155,12 @@ impl ControlPlane {
         let config = join_or_create(&cluster, &opts).await?;
         let initial = cluster.init_settings(opts.settings).await?;
         let settings = membership.follow_settings(initial.settings, shutdown.clone());
+        cluster.init_strategy().await?;
+        let active = membership.follow_strategy(shutdown.clone());
+        let registry = strategy::Registry::new(strategy::Options {
+            plugin_dir: opts.plugin_dir.clone(),
+            deadline: opts.strategy_deadline,
+        });
         let addr = listener.local_addr()?;
         let (leader_tx, leadership) = watch::channel(leader::Leadership::default());
         let span = tracing::info_span!("control_plane", replica = %opts.id);
@@ -158,8 +181,19 @@ impl ControlPlane {
                 min_nodes: opts.min_nodes,
                 settings: settings.clone(),
                 leadership: leadership.clone(),
+                strategy: active.clone(),
+                registry: registry.clone(),
             }
             .run(shutdown.clone())
+            .instrument(span.clone()),
+        );
+        let loader = tokio::spawn(
+            active::keep_loaded(
+                registry.clone(),
+                active.clone(),
+                active::RETRY_LOAD,
+                shutdown.clone(),
+            )
             .instrument(span.clone()),
         );
         let beat = tokio::spawn(
@@ -179,6 +213,8 @@ impl ControlPlane {
             config: config.clone(),
             settings,
             leadership: leadership.clone(),
+            registry,
+            strategy: active,
         });
         let app = api::app(state);
         let stop = shutdown.clone();
@@ -191,7 +227,7 @@ impl ControlPlane {
                 {
                     tracing::error!(error = %e, "http server failed");
                 }
-                let _ = tokio::join!(assigner, election, beat);
+                let _ = tokio::join!(assigner, election, beat, loader);
             }
             .instrument(span),
         );
@@ -234,6 +270,22 @@ fn check(config: &ClusterConfig, opts: &Options) -> Result<(), Error> {
         });
     }
     Ok(())
+}
+
+/// Refuses a plugin directory that is not a readable directory, at start rather than at the
+/// first load.
+fn check_plugin_dir(dir: &std::path::Path) -> Result<(), Error> {
+    let refuse = |reason: String| Error::PluginDir {
+        path: dir.to_path_buf(),
+        reason,
+    };
+    match std::fs::read_dir(dir) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(refuse("no such directory".into()))
+        }
+        Err(e) => Err(refuse(e.to_string())),
+    }
 }
 
 /// How often a replica puts its heartbeat (for `GET /v1/cluster`; the lease decides leadership).

@@ -124,6 +124,9 @@ mod tests {
             shards: vec![],
             settings_version: 1,
             clock_offset_ms: None,
+            zone: None,
+            labels: Default::default(),
+            wheel_size: 0,
         }
     }
 

@@ -531,6 +531,8 @@ impl Env {
             node_id: NODE.into(),
             databases: Databases::Sqlite(self.data.path().to_path_buf()),
             local: Default::default(),
+            zone: None,
+            labels: Default::default(),
         };
         let client = self.nats.client().await?;
         Ok(ShardNode::start(opts, client, self.shutdown.clone()).await?)

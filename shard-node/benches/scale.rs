@@ -538,6 +538,8 @@ async fn node_process(p: NodeParams, began: Instant) -> Res<()> {
             None => Databases::Sqlite(p.data.clone().into()),
         },
         local: Default::default(),
+        zone: None,
+        labels: Default::default(),
     };
     let start = Instant::now();
     let (_handle, task) = ShardNode::start(opts, client, shutdown.clone()).await?;

@@ -1,6 +1,7 @@
 //! A production deployment on this machine, every role a separate `chronoshard` process: NATS
 //! (one server, or a 3-node cluster), PostgreSQL for the shard databases, control-plane
-//! replicas, shard nodes and workers, and an HTTP sink the jobs call. What a test checks about
+//! replicas (with `--plugin-dir` and other flags), shard nodes (with zones and labels) and
+//! workers, and an HTTP sink the jobs call. What a test checks about
 //! it (exactly-once, failover times) is written once here.
 
 use std::{
@@ -99,19 +100,23 @@ impl Deployment {
 
     /// Starts a shard node on the PostgreSQL database and waits until it says it is ready.
     pub async fn node(&mut self, id: &str) {
+        self.node_with(id, &[]).await
+    }
+
+    /// Like `node`, with more flags (`--zone`, `--label KEY=VALUE`).
+    pub async fn node_with(&mut self, id: &str, extra: &[&str]) {
         let (nats, pg) = (self.nats.url(), self.pg_url.clone());
-        let p = Process::start(
+        let mut args = vec![
+            "shard-node",
+            "--node-id",
             id,
-            &[
-                "shard-node",
-                "--node-id",
-                id,
-                "--nats",
-                &nats,
-                "--postgres",
-                &pg,
-            ],
-        );
+            "--nats",
+            &nats,
+            "--postgres",
+            &pg,
+        ];
+        args.extend_from_slice(extra);
+        let p = Process::start(id, &args);
         p.printed(&format!("chronoshard shard-node {id} is ready"))
             .await;
         self.nodes.insert(id.to_string(), p);

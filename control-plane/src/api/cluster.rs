@@ -60,6 +60,15 @@ pub struct NodeView {
     /// The node's clock minus the NATS server's, in milliseconds (absent until measured).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock_offset_ms: Option<f64>,
+    /// The node's failure domain (`--zone`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// The node's labels (`--label KEY=VALUE`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Occurrences held in the time wheels of its open shards (its last heartbeat).
+    #[serde(default)]
+    pub wheel_size: u64,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -167,6 +176,9 @@ fn view(n: NodeInfo, assigned: Vec<u32>, draining: &HashSet<String>, s: &Setting
         heartbeat_age_s: age,
         settings_version: n.settings_version,
         clock_offset_ms: n.clock_offset_ms,
+        zone: n.zone,
+        labels: n.labels,
+        wheel_size: n.wheel_size,
         node_id: n.node_id,
     }
 }

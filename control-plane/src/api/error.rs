@@ -36,12 +36,25 @@ pub enum ApiError {
     Unauthorized,
     #[error("{0} not found")]
     NotFound(&'static str),
+    /// Not found, with a detail that says what was looked for where.
+    #[error("{0}")]
+    Missing(String),
     #[error("{0}")]
     Conflict(String),
     #[error("this Idempotency-Key was used for a different request")]
     IdempotencyKeyReused,
     #[error("{0}")]
     Unavailable(String),
+    /// A plugin file that cannot be used (outside the plugin directory, not a library, not a
+    /// strategy plugin, another ABI version).
+    #[error("{0}")]
+    PluginUnusable(String),
+    /// A strategy disabled after it missed a deadline.
+    #[error("{0}")]
+    StrategyDisabled(String),
+    /// A strategy that failed when called (panicked, refused, answered garbage).
+    #[error("{0}")]
+    StrategyFailed(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -68,7 +81,9 @@ impl ApiError {
                 "A field is invalid",
             ),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
-            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", "Not found"),
+            ApiError::NotFound(_) | ApiError::Missing(_) => {
+                (StatusCode::NOT_FOUND, "not_found", "Not found")
+            }
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict"),
             ApiError::IdempotencyKeyReused => (
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -79,6 +94,21 @@ impl ApiError {
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
                 "Service unavailable",
+            ),
+            ApiError::PluginUnusable(_) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "plugin_unusable",
+                "The plugin file cannot be used",
+            ),
+            ApiError::StrategyDisabled(_) => (
+                StatusCode::CONFLICT,
+                "strategy_disabled",
+                "The strategy is disabled",
+            ),
+            ApiError::StrategyFailed(_) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "strategy_failed",
+                "The strategy failed",
             ),
             ApiError::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -129,6 +159,33 @@ impl From<RpcError> for ApiError {
     }
 }
 
+impl From<crate::strategy::Error> for ApiError {
+    /// The one mapping of the strategy host's errors to the API's answers.
+    fn from(e: crate::strategy::Error) -> ApiError {
+        use crate::strategy::Error as E;
+        let detail = e.to_string();
+        match e {
+            E::BadName { .. } => ApiError::field("name", detail),
+            E::BadConfig { message, .. } => ApiError::field("config", message),
+            E::NotFound { .. } | E::Unknown { .. } => ApiError::Missing(detail),
+            E::NoPluginDir | E::BuiltinName { .. } => ApiError::Conflict(detail),
+            E::Disabled { .. } | E::Timeout { .. } => ApiError::StrategyDisabled(detail),
+            E::Unreadable { .. }
+            | E::OutsideDir { .. }
+            | E::Open { .. }
+            | E::NotAPlugin { .. }
+            | E::AbiMismatch { .. } => ApiError::PluginUnusable(detail),
+            E::Panicked { .. }
+            | E::Failed { .. }
+            | E::InputRefused { .. }
+            | E::InvalidInput { .. }
+            | E::BadReply { .. }
+            | E::InvalidAssignment { .. } => ApiError::StrategyFailed(detail),
+            E::Spawn { .. } | E::Lost { .. } => ApiError::Internal(detail),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let problem = self.problem();
@@ -144,5 +201,161 @@ impl IntoResponse for ApiError {
             body,
         )
             .into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{io, path::PathBuf, time::Duration};
+
+    use super::*;
+    use crate::strategy::{Error as E, Violation};
+
+    /// Every error of the strategy host has its answer: the operator's mistakes are 4xx with a
+    /// stable code, a refused config names `config` and carries the strategy's own message.
+    #[test]
+    fn each_strategy_error_has_its_status_and_code() {
+        let name = || "p".to_string();
+        let cases: Vec<(E, u16, &str)> = vec![
+            (E::NoPluginDir, 409, "conflict"),
+            (
+                E::BadName {
+                    name: name(),
+                    reason: "a path, not a name",
+                },
+                400,
+                "invalid_field",
+            ),
+            (
+                E::Unreadable {
+                    path: PathBuf::from("/x"),
+                    source: io::ErrorKind::PermissionDenied.into(),
+                },
+                422,
+                "plugin_unusable",
+            ),
+            (
+                E::NotFound {
+                    name: name(),
+                    path: PathBuf::from("/x/p.so"),
+                },
+                404,
+                "not_found",
+            ),
+            (
+                E::OutsideDir {
+                    name: name(),
+                    target: PathBuf::from("/etc/p.so"),
+                },
+                422,
+                "plugin_unusable",
+            ),
+            (
+                E::Open {
+                    name: name(),
+                    source: libloading::Error::DlOpenUnknown,
+                },
+                422,
+                "plugin_unusable",
+            ),
+            (
+                E::NotAPlugin {
+                    name: name(),
+                    reason: "no symbol".into(),
+                },
+                422,
+                "plugin_unusable",
+            ),
+            (
+                E::AbiMismatch {
+                    name: name(),
+                    found: 2,
+                    expected: 1,
+                },
+                422,
+                "plugin_unusable",
+            ),
+            (E::BuiltinName { name: name() }, 409, "conflict"),
+            (E::Unknown { name: name() }, 404, "not_found"),
+            (E::Disabled { name: name() }, 409, "strategy_disabled"),
+            (
+                E::Timeout {
+                    name: name(),
+                    deadline: Duration::from_secs(1),
+                },
+                409,
+                "strategy_disabled",
+            ),
+            (
+                E::Panicked {
+                    name: name(),
+                    message: "boom".into(),
+                },
+                422,
+                "strategy_failed",
+            ),
+            (
+                E::Failed {
+                    name: name(),
+                    message: "no room".into(),
+                },
+                422,
+                "strategy_failed",
+            ),
+            (
+                E::InputRefused {
+                    name: name(),
+                    message: "x".into(),
+                },
+                422,
+                "strategy_failed",
+            ),
+            (
+                E::InvalidInput { reason: "x".into() },
+                422,
+                "strategy_failed",
+            ),
+            (
+                E::BadReply {
+                    name: name(),
+                    reason: "x".into(),
+                },
+                422,
+                "strategy_failed",
+            ),
+            (
+                E::InvalidAssignment {
+                    name: name(),
+                    violation: Violation::Missing { shard: 1 },
+                },
+                422,
+                "strategy_failed",
+            ),
+            (E::Lost { name: name() }, 500, "internal"),
+        ];
+        for (error, status, code) in cases {
+            let shown = format!("{error:?}");
+            let problem = ApiError::from(error).problem();
+            assert_eq!(
+                (problem.status, problem.code.as_str()),
+                (status, code),
+                "{shown}"
+            );
+        }
+        let refused = E::BadConfig {
+            name: name(),
+            message: "zone_label must not be empty".into(),
+        };
+        let problem = ApiError::from(refused).problem();
+        assert_eq!(
+            (problem.status, problem.field.as_deref()),
+            (400, Some("config"))
+        );
+        assert_eq!(problem.detail, "config: zone_label must not be empty");
+        let path = ApiError::from(E::BadName {
+            name: "../x".into(),
+            reason: "contains '..'",
+        });
+        assert_eq!(path.problem().field.as_deref(), Some("name"));
     }
 }

@@ -10,6 +10,7 @@ pub mod dlq;
 pub mod error;
 pub mod jobs;
 pub mod ops;
+pub mod plugins;
 pub mod schedule;
 pub mod settings;
 pub mod tenants;
@@ -53,6 +54,10 @@ pub struct Shared {
     pub config: chronoshard_wire::rpc::ClusterConfig,
     pub settings: crate::SettingsRx,
     pub leadership: tokio::sync::watch::Receiver<crate::leader::Leadership>,
+    /// The strategies this replica can run (`/v1/plugins`).
+    pub registry: crate::strategy::Registry,
+    /// The active strategy as the cluster state says.
+    pub strategy: tokio::sync::watch::Receiver<chronoshard_wire::strategy::VersionedStrategy>,
 }
 
 impl AppState {
@@ -85,6 +90,7 @@ Errors are application/problem+json (RFC 9457) with a stable `code`; input error
         (name = "tenants", description = "Tenant-wide pause, resume and trigger"),
         (name = "schedule", description = "Schedule evaluation"),
         (name = "cluster", description = "Control-plane replicas and the leader, shards, nodes, workers and live settings"),
+        (name = "plugins", description = "Assignment strategies: the built-ins and plugins, loading a plugin from the plugin directory, activating a strategy"),
         (name = "operations", description = "Health, readiness, metrics (no token)")
     )
 )]
@@ -124,6 +130,8 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(cluster::undrain_node))
         .routes(routes!(cluster::get_cluster))
         .routes(routes!(settings::get_settings, settings::put_settings))
+        .routes(routes!(plugins::list_plugins, plugins::load_plugin))
+        .routes(routes!(plugins::put_strategy))
         .routes(routes!(workers::list_workers))
         .routes(routes!(workers::drain_worker))
         .routes(routes!(ops::healthz))

@@ -3,9 +3,15 @@
 //! (`plan`), each a compare-and-swap on the shard's key that raises its epoch, so even two
 //! control planes writing at once could not both win.
 //!
+//! Where shards should be is the active strategy's answer, asked through the strategy host
+//! (`crate::strategy`, on a thread of its own under a deadline). When it gives none (an error,
+//! a panic, a missed deadline, an invalid assignment), the pass goes on with `plan::fallback`:
+//! shards stay with live owners that take shards and the others still find a node, so failover
+//! never depends on a plugin. Each such pass is logged and counted.
+//!
 //! A pass runs when the live set changes, when a node's TTL runs out (a timer, so a lost node
-//! is noticed on time, not on the next tick), when the settings or the leadership change, and
-//! every second (to follow moves in flight and drains).
+//! is noticed on time, not on the next tick), when the settings, the active strategy or the
+//! leadership change, and every second (to follow moves in flight and drains).
 
 pub mod plan;
 #[cfg(test)]
@@ -18,19 +24,22 @@ use std::{
 
 use async_nats::jetstream::kv;
 use chronoshard_cluster::{Cluster, Error as ClusterError};
+use chronoshard_plugin_api::Assignment;
 use chronoshard_telemetry::metrics;
 use chronoshard_wire::{
     rpc::{NodeInfo, ShardAssignment},
     settings::VersionedSettings,
+    strategy::VersionedStrategy,
 };
 use futures::StreamExt;
 use tokio::{sync::watch, time::Instant};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::{
     leader::Leadership,
     liveness::{Liveness, View},
+    strategy::{self, Registry},
 };
 
 /// The longest time between two passes of the leader.
@@ -43,7 +52,15 @@ pub struct Assigner {
     pub min_nodes: usize,
     pub settings: watch::Receiver<VersionedSettings>,
     pub leadership: watch::Receiver<Leadership>,
+    /// The active strategy and its config, as the cluster state says.
+    pub strategy: watch::Receiver<VersionedStrategy>,
+    /// The strategies this replica can run.
+    pub registry: Registry,
 }
+
+/// The strategy that failed on the last pass and why, so a strategy that keeps failing is said
+/// once, not every second.
+type Failing = Option<(String, &'static str)>;
 
 impl Assigner {
     /// Runs until `shutdown`.
@@ -52,6 +69,7 @@ impl Assigner {
         let mut watch = None;
         let mut live_before: Vec<String> = Vec::new();
         let mut next_pass = Instant::now();
+        let mut failing: Failing = None;
         loop {
             if watch.is_none() {
                 match self.cluster.watch_nodes().await {
@@ -77,6 +95,7 @@ impl Assigner {
                 },
                 _ = tokio::time::sleep_until(wake) => due = true,
                 _ = self.settings.changed() => due = true,
+                _ = self.strategy.changed() => due = true,
                 _ = self.leadership.changed() => due = true,
             }
             let now = Instant::now();
@@ -93,14 +112,14 @@ impl Assigner {
                 continue;
             }
             next_pass = now + PASS_EVERY;
-            if let Err(e) = self.pass(&live).await {
+            if let Err(e) = self.pass(&live, &mut failing).await {
                 warn!(error = %e, "shard assignment pass failed");
             }
         }
     }
 
     /// One pass: read the map and the drains, plan, write the moves while still leading.
-    async fn pass(&self, live: &[NodeInfo]) -> Result<usize, ClusterError> {
+    async fn pass(&self, live: &[NodeInfo], failing: &mut Failing) -> Result<usize, ClusterError> {
         let current = self.cluster.assignments().await?;
         let draining: HashSet<String> = self
             .cluster
@@ -114,14 +133,20 @@ impl Assigner {
             .map(|(a, _)| (a.shard, a.owner.clone()))
             .collect();
         let settings = self.settings.borrow().settings;
-        let moves = plan::plan(&plan::Input {
+        let input = plan::Input {
             shard_count: self.shard_count,
             owners: &owners,
             live,
             draining: &draining,
             settings: &settings,
             min_nodes: self.min_nodes,
-        });
+        };
+        let active = self.strategy.borrow().clone();
+        let Some(asked) = plan::strategy_input(&input, &active.config) else {
+            return Ok(0);
+        };
+        let desired = self.desired(&active.name, asked, &input, failing).await;
+        let moves = plan::plan(&input, &desired);
         let mut changes = 0;
         for m in moves {
             // The lease may run out during a pass: no write after that.
@@ -159,6 +184,43 @@ impl Assigner {
             }
         }
         Ok(changes)
+    }
+
+    /// The active strategy's answer, or the fallback's when it gives none.
+    async fn desired(
+        &self,
+        name: &str,
+        asked: strategy::Input,
+        input: &plan::Input<'_>,
+        failing: &mut Failing,
+    ) -> Assignment {
+        let error = match self.registry.assign(name, asked).await {
+            Ok(answer) => {
+                if let Some((name, _)) = failing.take() {
+                    info!(strategy = %name, "strategy answers again");
+                }
+                return answer;
+            }
+            Err(e) => e,
+        };
+        let reason = error.reason();
+        metrics::STRATEGY_ERRORS_TOTAL
+            .with_label_values(&[name, reason])
+            .inc();
+        let now = Some((name.to_string(), reason));
+        if *failing != now {
+            warn!(
+                strategy = name,
+                reason,
+                error = %error,
+                "strategy gave no usable answer; shards stay with their live owners and \
+                 the others are placed by the built-in fallback"
+            );
+            *failing = now;
+        } else {
+            debug!(strategy = name, reason, error = %error, "strategy still failing");
+        }
+        plan::fallback(input)
     }
 }
 

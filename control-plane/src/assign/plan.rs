@@ -1,8 +1,11 @@
-//! What the leader changes in the shard map, given what it knows: a pure function of the map, the
-//! live nodes, the drains and the settings, so replicas that know the same compute the same.
+//! What the leader changes in the shard map, given what it knows: pure functions of the map, the
+//! live nodes, the drains, the settings and the strategy's answer, so replicas that know the
+//! same compute the same. Calling the strategy is not done here (it runs in the strategy host,
+//! under a deadline): `strategy_input` says what it is asked, `fallback` stands in when it gives
+//! no answer, and `plan` turns either answer into moves.
 //!
-//! The strategy (`strategy`, the built-in `balanced` today) says where each shard should be;
-//! this module decides which of those changes to make now:
+//! The strategy says where each shard should be; this module decides which of those changes to
+//! make now:
 //! - a shard with no live owner (never assigned, or its owner lost) moves at once, whatever the
 //!   limits: nobody fires it meanwhile;
 //! - a shard whose owner is live moves only within `max_moves` moves in flight (a move is in
@@ -13,7 +16,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use chronoshard_plugin_api::{balanced, Assignment, Problem};
+use chronoshard_plugin_api::{Assignment, Load, Node, Shard};
 use chronoshard_wire::{rpc::NodeInfo, settings::Settings};
 
 /// Why a shard moves; also the `reason` label of `chronoshard_shard_moves_total`.
@@ -88,27 +91,100 @@ pub fn excluded(
     None
 }
 
-/// The strategy: where every shard should be. The one function a strategy plugin replaces.
-pub fn strategy(problem: &Problem, previous: &Assignment) -> Assignment {
-    balanced(problem, previous)
+/// Whether shards may be assigned now: some live node takes shards, and a new map has the
+/// live nodes it waits for.
+fn may_assign(input: &Input) -> bool {
+    let eligible = input
+        .live
+        .iter()
+        .any(|n| excluded(n, input.draining, input.settings).is_none());
+    eligible && !(input.owners.is_empty() && input.live.len() < input.min_nodes)
 }
 
-/// The moves to make now, in shard order.
-pub fn plan(input: &Input) -> Vec<Move> {
-    let eligible: Vec<String> = input
+/// What the strategy is asked, or None when nothing may be assigned now. Every shard (weight
+/// 1), every live node with what its heartbeat says (zone, labels, open shards, wheel size),
+/// nodes that take no shards (draining, or their clock is off) marked `draining` so no strategy
+/// can use them, the map in force as `previous`, and the strategy's config.
+pub fn strategy_input(
+    input: &Input,
+    config: &serde_json::Value,
+) -> Option<chronoshard_plugin_api::Input> {
+    if !may_assign(input) {
+        return None;
+    }
+    let nodes = input
+        .live
+        .iter()
+        .map(|n| Node {
+            id: n.node_id.clone(),
+            capacity: None,
+            load: Load {
+                wheel_size: n.wheel_size,
+                open_shards: n.shards.len() as u64,
+                ..Load::default()
+            },
+            zone: n.zone.clone(),
+            labels: n.labels.clone(),
+            draining: excluded(n, input.draining, input.settings).is_some(),
+        })
+        .collect();
+    Some(chronoshard_plugin_api::Input {
+        shards: (0..input.shard_count)
+            .map(|id| Shard { id, weight: 1 })
+            .collect(),
+        nodes,
+        previous: input.owners.clone(),
+        config: config.clone(),
+    })
+}
+
+/// Where every shard should be when the strategy gave no answer: a shard whose owner is live
+/// and takes shards stays there; every other one (no owner, its owner lost, draining or off
+/// the clock) goes, in shard order, to the node that takes shards and holds the fewest (ties
+/// by id), the placing step of the built-in `balanced`. Failover never waits for a strategy,
+/// and nothing moves for balance until the strategy answers again.
+pub fn fallback(input: &Input) -> Assignment {
+    let mut held: BTreeMap<&str, usize> = input
         .live
         .iter()
         .filter(|n| excluded(n, input.draining, input.settings).is_none())
-        .map(|n| n.node_id.clone())
+        .map(|n| (n.node_id.as_str(), 0))
         .collect();
-    if eligible.is_empty() || (input.owners.is_empty() && input.live.len() < input.min_nodes) {
+    let mut out = Assignment::new();
+    let mut homeless = Vec::new();
+    for shard in 0..input.shard_count {
+        match input.owners.get(&shard) {
+            Some(owner) if held.contains_key(owner.as_str()) => {
+                *held.entry(owner.as_str()).or_default() += 1;
+                out.insert(shard, owner.clone());
+            }
+            _ => homeless.push(shard),
+        }
+    }
+    for shard in homeless {
+        // The first of the fewest: the map iterates in id order.
+        let mut fewest: Option<(&str, usize)> = None;
+        for (&node, &n) in &held {
+            if fewest.is_none_or(|(_, least)| n < least) {
+                fewest = Some((node, n));
+            }
+        }
+        let Some((node, _)) = fewest else {
+            // No node takes shards: where they are is all there is (`plan` moves nothing).
+            return input.owners.clone();
+        };
+        *held.entry(node).or_default() += 1;
+        out.insert(shard, node.to_string());
+    }
+    out
+}
+
+/// The moves to make now towards `desired` (the strategy's answer, or `fallback`), in shard
+/// order.
+pub fn plan(input: &Input, desired: &Assignment) -> Vec<Move> {
+    if !may_assign(input) {
         return Vec::new();
     }
-    let problem = Problem {
-        shards: (0..input.shard_count).collect(),
-        nodes: eligible,
-    };
-    let desired = strategy(&problem, input.owners);
     let live: BTreeMap<&str, &NodeInfo> =
         input.live.iter().map(|n| (n.node_id.as_str(), n)).collect();
     let in_flight = input
@@ -121,10 +197,10 @@ pub fn plan(input: &Input) -> Vec<Move> {
         .count();
     let mut budget = (input.settings.max_moves as usize).saturating_sub(in_flight);
     let mut moves: Vec<Move> = desired
-        .into_iter()
-        .filter_map(|(shard, to)| {
+        .iter()
+        .filter_map(|(&shard, to)| {
             let from = input.owners.get(&shard);
-            if from == Some(&to) {
+            if from == Some(to) {
                 return None;
             }
             let reason = match from.and_then(|f| live.get(f.as_str())) {
@@ -137,7 +213,7 @@ pub fn plan(input: &Input) -> Vec<Move> {
             Some(Move {
                 shard,
                 from: from.cloned(),
-                to,
+                to: to.clone(),
                 reason,
             })
         })

@@ -1,11 +1,15 @@
-//! The plan: what moves now, and why, over random clusters.
+//! The plan: what the strategy is asked, what moves now and why (with the built-in `balanced`
+//! as the strategy), and the fallback when the strategy gives no answer, over random clusters.
 
 use std::collections::{BTreeMap, HashSet};
 
+use chronoshard_plugin_api::{Assignment, Strategy as _};
+use chronoshard_strategy_balanced::{Balanced, Config};
 use chronoshard_wire::{rpc::NodeInfo, settings::Settings, Dur};
 use proptest::prelude::*;
+use serde_json::{json, Value};
 
-use super::plan::{plan, Input, Move, Reason};
+use super::plan::{fallback, plan, strategy_input, Input, Move, Reason};
 
 fn node(id: &str, open: &[u32], offset_ms: Option<f64>) -> NodeInfo {
     NodeInfo {
@@ -15,11 +19,21 @@ fn node(id: &str, open: &[u32], offset_ms: Option<f64>) -> NodeInfo {
         shards: open.to_vec(),
         settings_version: 1,
         clock_offset_ms: offset_ms,
+        zone: None,
+        labels: Default::default(),
+        wheel_size: 0,
     }
 }
 
 fn owners(pairs: &[(u32, &str)]) -> BTreeMap<u32, String> {
     pairs.iter().map(|(s, n)| (*s, n.to_string())).collect()
+}
+
+/// What `balanced` answers for `input` (nothing when nothing may be assigned).
+fn balanced(input: &Input) -> Assignment {
+    strategy_input(input, &Value::Null)
+        .map(|asked| Balanced::assign(&asked, &Config {}).unwrap())
+        .unwrap_or_default()
 }
 
 fn run(
@@ -30,14 +44,15 @@ fn run(
     settings: &Settings,
 ) -> Vec<Move> {
     let draining: HashSet<String> = draining.iter().map(|s| s.to_string()).collect();
-    plan(&Input {
+    let input = Input {
         shard_count: shards,
         owners,
         live,
         draining: &draining,
         settings,
         min_nodes: 1,
-    })
+    };
+    plan(&input, &balanced(&input))
 }
 
 /// The map after the moves.
@@ -131,15 +146,18 @@ fn nothing_moves_without_an_eligible_node_and_a_new_map_waits_for_min_nodes() {
     assert!(run(1, &o, &live, &["a"], &Settings::DEFAULT).is_empty());
     let empty = BTreeMap::new();
     let two = [node("a", &[], None), node("b", &[], None)];
-    let moves = plan(&Input {
+    let waiting = Input {
         shard_count: 4,
         owners: &empty,
         live: &two[..1],
         draining: &HashSet::new(),
         settings: &Settings::DEFAULT,
         min_nodes: 2,
-    });
-    assert!(moves.is_empty());
+    };
+    assert_eq!(strategy_input(&waiting, &Value::Null), None);
+    // Even an answer is not acted on.
+    let all_on_a: Assignment = (0..4).map(|s| (s, "a".to_string())).collect();
+    assert!(plan(&waiting, &all_on_a).is_empty());
     let moves = run(4, &empty, &two, &[], &Settings::DEFAULT);
     assert!(moves.iter().all(|m| m.reason == Reason::Initial));
     assert_eq!(moves.len(), 4);
@@ -191,6 +209,21 @@ proptest! {
                 })
                 .collect();
             let moves = run(shards, &o, &live, &draining, &s);
+            // The fallback, from the same state, keeps every shard whose owner takes shards and
+            // places every other one on a node that does.
+            let draining_set: HashSet<String> = draining.iter().map(|d| d.to_string()).collect();
+            let input = Input { shard_count: shards, owners: &o, live: &live, draining: &draining_set, settings: &s, min_nodes: 1 };
+            let stand_in = fallback(&input);
+            if !eligible.is_empty() {
+                prop_assert_eq!(stand_in.len() as u32, shards);
+                for (shard, to) in &stand_in {
+                    // Eligible nodes are live ones.
+                    match o.get(shard).filter(|w| eligible.contains(w.as_str())) {
+                        Some(w) => prop_assert_eq!(to, w),
+                        None => prop_assert!(eligible.contains(to.as_str()), "{}", to),
+                    }
+                }
+            }
             let limited = moves.iter().filter(|m| matches!(m.reason, Reason::Drain | Reason::Clock | Reason::Rebalance)).count();
             prop_assert!(limited <= max_moves as usize, "{:?}", moves);
             for m in &moves {
@@ -208,4 +241,97 @@ proptest! {
             prop_assert!(o.values().all(|n| eligible.contains(n.as_str())), "{:?}", o);
         }
     }
+}
+
+#[test]
+fn the_strategy_is_asked_with_every_node_and_those_taking_no_shards_marked_draining() {
+    let mut a = node("a", &[0, 1], None);
+    a.zone = Some("z1".into());
+    a.labels = BTreeMap::from([("db_zone".to_string(), "z1".to_string())]);
+    a.wheel_size = 42;
+    let live = [a, node("b", &[], Some(900.0)), node("c", &[2], None)];
+    let o = owners(&[(0, "a"), (1, "a"), (2, "c"), (3, "gone")]);
+    let draining: HashSet<String> = ["c".to_string()].into();
+    let input = Input {
+        shard_count: 4,
+        owners: &o,
+        live: &live,
+        draining: &draining,
+        settings: &Settings::DEFAULT,
+        min_nodes: 1,
+    };
+    let config = json!({"strict": true});
+    let asked = strategy_input(&input, &config).unwrap();
+    assert_eq!(asked.config, config);
+    assert_eq!(asked.previous, o);
+    assert!(asked
+        .shards
+        .iter()
+        .map(|s| (s.id, s.weight))
+        .eq((0..4).map(|id| (id, 1))));
+    let by_id: BTreeMap<&str, _> = asked.nodes.iter().map(|n| (n.id.as_str(), n)).collect();
+    assert_eq!(by_id.len(), 3);
+    let a = by_id["a"];
+    assert_eq!(
+        (a.zone.as_deref(), a.labels["db_zone"].as_str()),
+        (Some("z1"), "z1")
+    );
+    assert_eq!(
+        (a.load.open_shards, a.load.wheel_size, a.draining),
+        (2, 42, false)
+    );
+    // b's clock is off by 900 ms, c drains: neither may be given a shard.
+    assert!(by_id["b"].draining && by_id["c"].draining);
+}
+
+#[test]
+fn the_fallback_keeps_what_has_a_live_owner_and_gives_the_rest_to_the_emptiest_nodes() {
+    let live = [
+        node("a", &[0, 1, 2], None),
+        node("b", &[], None),
+        node("c", &[3], None),
+    ];
+    // 4 and 5 are on a lost node, 6 has none, 3 is on a draining node.
+    let o = owners(&[(0, "a"), (1, "a"), (2, "a"), (3, "c"), (4, "x"), (5, "x")]);
+    let draining: HashSet<String> = ["c".to_string()].into();
+    let input = Input {
+        shard_count: 7,
+        owners: &o,
+        live: &live,
+        draining: &draining,
+        settings: &Settings::DEFAULT,
+        min_nodes: 1,
+    };
+    let desired = fallback(&input);
+    // a keeps its three, however uneven; b, the emptiest, takes the homeless ones until it
+    // holds as many as a.
+    let on = |n: &str| {
+        desired
+            .iter()
+            .filter(|(_, o)| *o == n)
+            .map(|(s, _)| *s)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(on("b"), [3, 4, 5]);
+    // Then a and b hold three each: the last one goes to the lower id.
+    assert_eq!(on("a"), [0, 1, 2, 6]);
+    // Nothing moves for balance; lost shards at once, the drained one within the budget.
+    let moves = plan(&input, &desired);
+    let reasons: Vec<(u32, Reason)> = moves.iter().map(|m| (m.shard, m.reason)).collect();
+    assert_eq!(
+        reasons,
+        [
+            (3, Reason::Drain),
+            (4, Reason::Failover),
+            (5, Reason::Failover),
+            (6, Reason::Initial)
+        ]
+    );
+    // With no node taking shards, the map stays as it is.
+    let all_draining: HashSet<String> = ["a", "b", "c"].map(String::from).into();
+    let stuck = Input {
+        draining: &all_draining,
+        ..input
+    };
+    assert_eq!(fallback(&stuck), o);
 }

@@ -1,17 +1,55 @@
-//! Following the live settings: a task that keeps a `watch` channel at the settings entry's
-//! latest value, so a component reads the current settings without a request and wakes when they
-//! change.
+//! Following a versioned entry of the cluster state (the live settings, the active strategy): a
+//! task that keeps a `watch` channel at the entry's latest value, so a component reads the
+//! current value without a request and wakes when it changes.
 
 use std::time::Duration;
 
 use async_nats::jetstream::kv;
-use chronoshard_wire::settings::{Settings, VersionedSettings};
+use chronoshard_wire::{
+    names,
+    settings::{Settings, VersionedSettings},
+    strategy::VersionedStrategy,
+};
 use futures::StreamExt;
+use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::{read::decode, Cluster};
+use crate::{nats, read::decode, Cluster, Result};
+
+/// An entry whose version only goes up.
+trait Versioned: DeserializeOwned + Send + Sync + 'static {
+    /// What the entry is, for errors and logs.
+    const WHAT: &'static str;
+    fn version(&self) -> u64;
+    /// Logs that this value is now the one in force.
+    fn applied(&self);
+}
+
+impl Versioned for VersionedSettings {
+    const WHAT: &'static str = "settings";
+
+    fn version(&self) -> u64 {
+        self.version
+    }
+
+    fn applied(&self) {
+        info!(version = self.version, "settings applied");
+    }
+}
+
+impl Versioned for VersionedStrategy {
+    const WHAT: &'static str = "strategy";
+
+    fn version(&self) -> u64 {
+        self.version
+    }
+
+    fn applied(&self) {
+        info!(version = self.version, strategy = %self.name, "strategy applied");
+    }
+}
 
 impl Cluster {
     /// A channel that holds the cluster's settings and every change to them until `stop`.
@@ -22,25 +60,52 @@ impl Cluster {
         fallback: Settings,
         stop: CancellationToken,
     ) -> watch::Receiver<VersionedSettings> {
-        let (tx, rx) = watch::channel(VersionedSettings {
+        let initial = VersionedSettings {
             version: 0,
             settings: fallback,
             updated_at: chrono::Utc::now(),
-        });
+        };
+        self.follow(names::SETTINGS_KEY, initial, stop)
+    }
+
+    /// A channel that holds the cluster's active strategy and every change to it until `stop`;
+    /// `balanced` with an empty config, as version 0, until the entry is read.
+    pub fn follow_strategy(&self, stop: CancellationToken) -> watch::Receiver<VersionedStrategy> {
+        self.follow(names::STRATEGY_KEY, VersionedStrategy::default_at(0), stop)
+    }
+
+    /// A watch over one key of the shard bucket: its current value, then every change.
+    pub(crate) async fn watch_key(&self, key: &str, what: &'static str) -> Result<kv::Watch> {
+        self.buckets
+            .shards
+            .watch_with_history(key)
+            .await
+            .map_err(nats(what))
+    }
+
+    fn follow<T: Versioned>(
+        &self,
+        key: &'static str,
+        initial: T,
+        stop: CancellationToken,
+    ) -> watch::Receiver<T> {
+        let (tx, rx) = watch::channel(initial);
         let cluster = self.clone();
         tokio::spawn(async move {
             loop {
                 let watch = tokio::select! {
                     _ = stop.cancelled() => return,
-                    w = cluster.watch_settings() => w,
+                    w = cluster.watch_key(key, T::WHAT) => w,
                 };
                 match watch {
                     Ok(w) => {
-                        if follow(w, &tx, &stop).await {
+                        if apply(w, &tx, &stop).await {
                             return;
                         }
                     }
-                    Err(e) => warn!(error = %e, "cannot watch the settings; retrying"),
+                    Err(e) => {
+                        warn!(entry = T::WHAT, error = %e, "cannot watch a cluster entry; retrying")
+                    }
                 }
                 tokio::select! {
                     _ = stop.cancelled() => return,
@@ -53,9 +118,9 @@ impl Cluster {
 }
 
 /// Applies the watch's entries until it ends (false) or `stop` (true).
-async fn follow(
+async fn apply<T: Versioned>(
     mut w: kv::Watch,
-    tx: &watch::Sender<VersionedSettings>,
+    tx: &watch::Sender<T>,
     stop: &CancellationToken,
 ) -> bool {
     loop {
@@ -65,18 +130,20 @@ async fn follow(
         };
         match entry {
             Some(Ok(e)) if e.operation == kv::Operation::Put => {
-                match decode::<VersionedSettings>(&e.value, "settings") {
+                match decode::<T>(&e.value, T::WHAT) {
                     // Versions only go up: a replayed older entry changes nothing.
-                    Ok(s) if s.version > tx.borrow().version => {
-                        info!(version = s.version, "settings applied");
-                        tx.send_replace(s);
+                    Ok(v) if v.version() > tx.borrow().version() => {
+                        v.applied();
+                        tx.send_replace(v);
                     }
                     Ok(_) => {}
-                    Err(e) => warn!(error = %e, "settings entry unreadable; keeping the last one"),
+                    Err(e) => {
+                        warn!(entry = T::WHAT, error = %e, "cluster entry unreadable; keeping the last one")
+                    }
                 }
             }
             Some(Ok(_)) => {}
-            Some(Err(e)) => warn!(error = %e, "settings watch error"),
+            Some(Err(e)) => warn!(entry = T::WHAT, error = %e, "cluster entry watch error"),
             None => return false,
         }
     }

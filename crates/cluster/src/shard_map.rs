@@ -1,10 +1,12 @@
-//! The shard bucket: the cluster config, the live settings, the shard map and the drain marks.
+//! The shard bucket: the cluster config, the live settings, the active strategy, the shard map
+//! and the drain marks.
 
 use async_nats::jetstream::kv;
 use chronoshard_wire::{
     names,
     rpc::{ClusterConfig, ShardAssignment},
     settings::{Settings, VersionedSettings},
+    strategy::VersionedStrategy,
 };
 
 use crate::{
@@ -42,18 +44,8 @@ impl Cluster {
 
     /// The live settings with the KV revision of their entry, if a control plane wrote them.
     pub async fn settings(&self) -> Result<Option<(VersionedSettings, u64)>> {
-        match self
-            .buckets
-            .shards
-            .entry(names::SETTINGS_KEY)
+        self.versioned(names::SETTINGS_KEY, "read settings", "settings")
             .await
-            .map_err(nats("read settings"))?
-        {
-            Some(e) if e.operation == kv::Operation::Put => {
-                Ok(Some((decode(&e.value, "settings")?, e.revision)))
-            }
-            _ => Ok(None),
-        }
     }
 
     /// Writes `initial` as version 1 unless settings exist; returns the settings in force.
@@ -63,39 +55,117 @@ impl Cluster {
             settings: initial,
             updated_at: chrono::Utc::now(),
         };
-        match self
-            .buckets
-            .shards
-            .create(names::SETTINGS_KEY, to_bytes(&first))
-            .await
+        if self
+            .create_once(names::SETTINGS_KEY, &first, "write settings")
+            .await?
         {
-            Ok(_) => Ok(first),
-            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
-                Ok(self.settings().await?.map(|(s, _)| s).unwrap_or(first))
-            }
-            Err(e) => Err(nats("write settings")(e)),
+            return Ok(first);
         }
+        Ok(self.settings().await?.map(|(s, _)| s).unwrap_or(first))
     }
 
     /// Replaces the settings if their entry is still at `revision`.
     pub async fn put_settings(&self, s: &VersionedSettings, revision: u64) -> Result<u64> {
-        self.buckets
-            .shards
-            .update(names::SETTINGS_KEY, to_bytes(s), revision)
-            .await
-            .map_err(|e| match e.kind() {
-                kv::UpdateErrorKind::WrongLastRevision => Error::Conflict { what: "settings" },
-                _ => nats("write settings")(e),
-            })
+        self.update(
+            names::SETTINGS_KEY,
+            s,
+            revision,
+            "settings",
+            "write settings",
+        )
+        .await
     }
 
     /// A watch over the settings: their current value, then every change.
     pub async fn watch_settings(&self) -> Result<kv::Watch> {
+        self.watch_key(names::SETTINGS_KEY, "watch settings").await
+    }
+
+    /// The active assignment strategy with the KV revision of its entry, if a control plane
+    /// wrote it.
+    pub async fn strategy(&self) -> Result<Option<(VersionedStrategy, u64)>> {
+        self.versioned(names::STRATEGY_KEY, "read the strategy", "strategy")
+            .await
+    }
+
+    /// Writes `balanced` with an empty config as version 1 unless a strategy entry exists (a
+    /// cluster created before strategies were kept in KV gets it from its next control plane);
+    /// returns the entry in force.
+    pub async fn init_strategy(&self) -> Result<VersionedStrategy> {
+        let first = VersionedStrategy::default_at(1);
+        if self
+            .create_once(names::STRATEGY_KEY, &first, "write the strategy")
+            .await?
+        {
+            return Ok(first);
+        }
+        Ok(self.strategy().await?.map(|(s, _)| s).unwrap_or(first))
+    }
+
+    /// Replaces the active strategy if its entry is still at `revision`.
+    pub async fn put_strategy(&self, s: &VersionedStrategy, revision: u64) -> Result<u64> {
+        self.update(
+            names::STRATEGY_KEY,
+            s,
+            revision,
+            "strategy",
+            "write the strategy",
+        )
+        .await
+    }
+
+    /// A key's value with its revision, if it holds one.
+    async fn versioned<T: serde::de::DeserializeOwned>(
+        &self,
+        key: &str,
+        reading: &'static str,
+        what: &'static str,
+    ) -> Result<Option<(T, u64)>> {
+        match self
+            .buckets
+            .shards
+            .entry(key)
+            .await
+            .map_err(nats(reading))?
+        {
+            Some(e) if e.operation == kv::Operation::Put => {
+                Ok(Some((decode(&e.value, what)?, e.revision)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Writes `value` unless the key exists; whether it wrote it.
+    async fn create_once<T: serde::Serialize>(
+        &self,
+        key: &str,
+        value: &T,
+        writing: &'static str,
+    ) -> Result<bool> {
+        match self.buckets.shards.create(key, to_bytes(value)).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(nats(writing)(e)),
+        }
+    }
+
+    /// Replaces a key's value if it is still at `revision`.
+    async fn update<T: serde::Serialize>(
+        &self,
+        key: &str,
+        value: &T,
+        revision: u64,
+        what: &'static str,
+        writing: &'static str,
+    ) -> Result<u64> {
         self.buckets
             .shards
-            .watch_with_history(names::SETTINGS_KEY)
+            .update(key, to_bytes(value), revision)
             .await
-            .map_err(nats("watch settings"))
+            .map_err(|e| match e.kind() {
+                kv::UpdateErrorKind::WrongLastRevision => Error::Conflict { what },
+                _ => nats(writing)(e),
+            })
     }
 
     /// Every shard assignment with its KV revision (for compare-and-swap updates).

@@ -15,6 +15,9 @@ fn node(id: &str) -> NodeInfo {
         shards: vec![],
         settings_version: 0,
         clock_offset_ms: None,
+        zone: None,
+        labels: Default::default(),
+        wheel_size: 0,
     }
 }
 
@@ -152,4 +155,49 @@ async fn a_lost_server_is_counted_as_a_disconnect_of_each_connection() {
         .await
         .unwrap();
     }
+}
+
+/// The active strategy: written once as `balanced` version 1 by the first control plane (a
+/// second `init` keeps what is there), replaced by compare-and-swap only, and followed: a
+/// follower holds version 0 until it reads the entry, then every newer version.
+#[tokio::test]
+async fn the_active_strategy_is_created_once_swapped_and_followed() {
+    use chronoshard_wire::strategy::{VersionedStrategy, DEFAULT_STRATEGY};
+    use tokio_util::sync::CancellationToken;
+
+    let nats = chronoshard_test_util::Nats::start().await.unwrap();
+    let cluster = Cluster::create(nats.client().await.unwrap(), &Topology::default())
+        .await
+        .unwrap();
+    assert_eq!(cluster.strategy().await.unwrap(), None);
+    let first = cluster.init_strategy().await.unwrap();
+    assert_eq!((first.version, first.name.as_str()), (1, DEFAULT_STRATEGY));
+    assert_eq!(first.config, serde_json::json!({}));
+    let (read, revision) = cluster.strategy().await.unwrap().unwrap();
+    assert_eq!(read, first);
+
+    let stop = CancellationToken::new();
+    let mut followed = cluster.follow_strategy(stop.clone());
+    let next = VersionedStrategy {
+        version: 2,
+        name: "zone-affinity".into(),
+        config: serde_json::json!({"strict": true}),
+        updated_at: chrono::Utc::now(),
+    };
+    cluster.put_strategy(&next, revision).await.unwrap();
+    assert!(matches!(
+        cluster.put_strategy(&next, revision).await,
+        Err(Error::Conflict { .. })
+    ));
+    // Another control plane starting now keeps the entry in force.
+    assert_eq!(cluster.init_strategy().await.unwrap(), next);
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        followed.wait_for(|s| s.version == 2),
+    )
+    .await
+    .expect("the follower sees version 2")
+    .unwrap();
+    assert_eq!(*followed.borrow(), next);
+    stop.cancel();
 }

@@ -36,6 +36,7 @@ pub const CONTROL_PLANE_LEADER_NAME: &str = "chronoshard_control_plane_leader";
 pub const CLOCK_OFFSET: &str = "chronoshard_clock_offset_seconds";
 pub const SHARD_MOVES: &str = "chronoshard_shard_moves_total";
 pub const SHARDS_OPEN: &str = "chronoshard_shards_open";
+pub const STRATEGY_ERRORS: &str = "chronoshard_strategy_errors_total";
 
 const LATENESS_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -271,6 +272,17 @@ pub static SHARD_MOVES_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
 /// Shards open on a node.
 pub static SHARDS_OPEN_GAUGE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
     register_int_gauge_vec!(SHARDS_OPEN, "shards open on this node", &["node"]).expect("metric")
+});
+/// Assignment passes of the leader in which the active strategy gave no usable answer and the
+/// built-in fallback stood in, by strategy and by kind of failure (a fixed set of reasons, never
+/// the plugin's message, so the label set stays bounded).
+pub static STRATEGY_ERRORS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        STRATEGY_ERRORS,
+        "assignment passes in which the strategy failed and the fallback stood in",
+        &["strategy", "reason"]
+    )
+    .expect("metric")
 });
 
 /// The Prometheus text exposition of every registered metric.

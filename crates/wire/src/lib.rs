@@ -13,6 +13,7 @@ pub mod job;
 pub mod names;
 pub mod rpc;
 pub mod settings;
+pub mod strategy;
 pub mod ticket;
 
 pub use duration::Dur;

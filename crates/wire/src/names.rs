@@ -12,7 +12,8 @@ pub const RESULT_SUBJECTS: &str = "chronoshard.results.>";
 /// the settings' TTL decides liveness).
 pub const NODES_BUCKET: &str = "chronoshard_nodes";
 /// KV bucket: `shard.<id>` → `ShardAssignment`, `config` → `ClusterConfig`, `settings` →
-/// `VersionedSettings`, `drain.<node id>` → the time a drain was asked for.
+/// `VersionedSettings`, `strategy` → `VersionedStrategy`, `drain.<node id>` → the time a drain
+/// was asked for.
 pub const SHARDS_BUCKET: &str = "chronoshard_shards";
 /// KV bucket: `leader` → `LeaderLease`, `replica.<id>` → `ReplicaInfo` heartbeat.
 pub const CONTROL_BUCKET: &str = "chronoshard_control";
@@ -25,6 +26,8 @@ pub const WORKERS_BUCKET: &str = "chronoshard_workers";
 pub const CLUSTER_CONFIG_KEY: &str = "config";
 /// Key of the live settings in `SHARDS_BUCKET`.
 pub const SETTINGS_KEY: &str = "settings";
+/// Key of the active assignment strategy in `SHARDS_BUCKET`.
+pub const STRATEGY_KEY: &str = "strategy";
 /// Key of the leader lease in `CONTROL_BUCKET`.
 pub const LEADER_KEY: &str = "leader";
 

@@ -1,6 +1,8 @@
 //! Requests the control plane routes to the owner of a shard over NATS request-reply, the replies,
 //! and the cluster state kept in KV (shard map, node and worker heartbeats).
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -264,6 +266,16 @@ pub struct NodeInfo {
     /// The node's clock minus the NATS server's, in milliseconds; absent until measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock_offset_ms: Option<f64>,
+    /// The node's failure domain (`--zone`), passed to the assignment strategy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// The operator's labels of the node (`--label KEY=VALUE`), passed to the assignment
+    /// strategy (the zone-affinity example reads `db_zone`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Occurrences held in the time wheels of its open shards.
+    #[serde(default)]
+    pub wheel_size: u64,
 }
 
 /// The control-plane leader's lease, kept under one KV key and renewed by compare-and-swap.

@@ -1,126 +1,110 @@
-//! The plain-data model of shard assignment, which every assignment strategy plugin implements,
-//! and the built-in `balanced` strategy that the control plane uses when no plugin is active.
+//! The assignment-strategy plugin SDK: the only crate a strategy plugin depends on.
 //!
-//! A strategy is a pure function `(problem, previous) → assignment`: no I/O, no clock, so it can be
-//! property-tested and loaded across an ABI boundary. Loading plugins at run time (libloading) is
-//! the control plane's job, not this crate's.
+//! A strategy is a pure function `(cluster, previous assignment, config) → assignment`: no I/O,
+//! no clock, so replicas agree and it can be property-tested. It crosses the plugin boundary as a
+//! C ABI carrying JSON, so a plugin built by another compiler version, or in another language,
+//! still works.
+//!
+//! - [`model`]: the JSON model ([`Input`], [`Node`], [`Shard`], [`Output`]);
+//! - [`Strategy`]: the safe trait a plugin implements, and [`export_strategy!`], which wraps it
+//!   in C entry points that catch panics;
+//! - [`abi`]: the C ABI itself (symbols, vtable, buffers, statuses) and its calling side;
+//! - [`balance`]: the even, sticky spreading of the built-in `balanced` strategy, as a building
+//!   block for other strategies;
+//! - `testsuite` (feature `testsuite`): the contract tests every strategy passes.
+//!
+//! Loading libraries, deadlines and checking what a strategy returns are the control plane's job
+//! (its `strategy` module), not this crate's.
+//!
+//! # Writing a plugin
+//! ```
+//! use chronoshard_plugin_api::{export_strategy, Assignment, Input, Strategy};
+//!
+//! pub struct FirstNode;
+//!
+//! impl Strategy for FirstNode {
+//!     const NAME: &'static str = "first-node";
+//!     type Config = ();
+//!
+//!     fn assign(input: &Input, _config: &()) -> Result<Assignment, String> {
+//!         let nodes = input.eligible_nodes();
+//!         input.ensure_room(&nodes)?;
+//!         let mut out = Assignment::new();
+//!         let mut nodes = nodes.iter().flat_map(|n| std::iter::repeat_n(n, n.max_shards()));
+//!         for shard in input.shard_ids() {
+//!             out.insert(shard, nodes.next().ok_or("no room")?.id.clone());
+//!         }
+//!         Ok(out)
+//!     }
+//! }
+//!
+//! export_strategy!(FirstNode);
+//! ```
+//! Build it as a `cdylib` with the crate's `plugin` feature on (see [`export_strategy!`]).
 
-use std::collections::BTreeMap;
+#![warn(missing_docs)]
 
-use serde::{Deserialize, Serialize};
+pub mod abi;
+pub mod balance;
+mod compat;
+pub mod model;
+mod strategy;
+#[cfg(feature = "testsuite")]
+pub mod testsuite;
 
-/// Version of the data model below; a plugin built for another version is refused.
+pub use compat::{balanced, Problem};
+pub use model::{Assignment, Input, Load, Node, Output, Shard};
+pub use strategy::{parse_config, Strategy};
+// Re-exported so a plugin needs no other dependency for its config type:
+// `#[derive(Deserialize)] #[serde(crate = "chronoshard_plugin_api::serde")]`.
+pub use serde;
+pub use serde_json;
+
+/// Version of the C ABI and of the JSON model it carries. A plugin built for another version is
+/// refused at load time. Adding an optional field keeps the version; anything else bumps it.
 pub const ABI_VERSION: u32 = 1;
 
-/// What a strategy decides over.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Problem {
-    /// Every shard of the cluster.
-    pub shards: Vec<u32>,
-    /// Nodes alive now and accepting shards (draining nodes are left out).
-    pub nodes: Vec<String>,
-}
-
-/// Shard → owning node.
-pub type Assignment = BTreeMap<u32, String>;
-
-/// The built-in strategy: balanced within one shard per node, moving as few shards as possible.
+/// Wraps a [`Strategy`] in C entry points.
 ///
-/// A shard stays with its previous owner while that node is alive and holds no more than its fair
-/// share (`ceil(shards / nodes)`); the rest go, in shard order, to the node with the fewest shards
-/// (ties broken by node id, so every control plane replica computes the same answer).
-pub fn balanced(problem: &Problem, previous: &Assignment) -> Assignment {
-    let mut out = Assignment::new();
-    if problem.nodes.is_empty() {
-        return out;
-    }
-    let mut nodes = problem.nodes.clone();
-    nodes.sort();
-    nodes.dedup();
-    let fair = problem.shards.len().div_ceil(nodes.len());
-    // `floor` shards each is the least every node gets; only `extra` nodes may hold `fair`.
-    let floor = problem.shards.len() / nodes.len();
-    let mut extra = problem.shards.len() % nodes.len();
-    let mut load: BTreeMap<&str, usize> = nodes.iter().map(|n| (n.as_str(), 0)).collect();
-    let mut unplaced = Vec::new();
-    let mut shards = problem.shards.clone();
-    shards.sort_unstable();
-    shards.dedup();
-    for &shard in &shards {
-        let keep = previous
-            .get(&shard)
-            .and_then(|owner| load.get_key_value(owner.as_str()).map(|(k, v)| (*k, *v)));
-        match keep {
-            Some((owner, n)) if n < floor || (n < fair && extra > 0) => {
-                if n >= floor {
-                    extra -= 1;
-                }
-                load.insert(owner, n + 1);
-                out.insert(shard, owner.to_string());
-            }
-            _ => unplaced.push(shard),
+/// `export_strategy!(MyStrategy)` defines, in the calling module:
+/// - `pub static STRATEGY: abi::StrategyVTable`, the strategy behind the C ABI. The control plane
+///   links the built-in strategies statically and registers these statics;
+/// - when the calling crate's cargo feature `plugin` is on, the two exported symbols
+///   `chronoshard_plugin_abi_version` and `chronoshard_plugin_strategy` that the host looks up in
+///   a loaded library.
+///
+/// Why a feature: two libraries that export the same unmangled symbol cannot both be linked into
+/// one binary, and the control plane links every built-in strategy. So the built-ins leave
+/// `plugin` off by default (`cargo build -p <crate> --features plugin` makes the `.so`), and a
+/// crate only ever built as a plugin turns it on by default:
+/// ```toml
+/// [lib]
+/// crate-type = ["cdylib"]
+/// [features]
+/// default = ["plugin"]
+/// plugin = []
+/// ```
+#[macro_export]
+macro_rules! export_strategy {
+    ($strategy:ty) => {
+        /// This crate's strategy behind the plugin C ABI.
+        pub static STRATEGY: $crate::abi::StrategyVTable = $crate::abi::vtable::<$strategy>();
+
+        /// The plugin ABI version this library was built for.
+        #[cfg(feature = "plugin")]
+        // An unmangled export counts as unsafe code; the host finds these by name.
+        #[allow(unsafe_code)]
+        #[unsafe(no_mangle)]
+        pub extern "C" fn chronoshard_plugin_abi_version() -> u32 {
+            $crate::ABI_VERSION
         }
-    }
-    for shard in unplaced {
-        let (node, n) = load
-            .iter()
-            .min_by_key(|(id, n)| (**n, **id))
-            .map(|(k, v)| (*k, *v))
-            .expect("nodes not empty");
-        load.insert(node, n + 1);
-        out.insert(shard, node.to_string());
-    }
-    out
-}
 
-#[cfg(test)]
-mod tests {
-    use proptest::prelude::*;
-
-    use super::*;
-
-    fn problem(shards: u32, nodes: &[&str]) -> Problem {
-        Problem {
-            shards: (0..shards).collect(),
-            nodes: nodes.iter().map(|s| s.to_string()).collect(),
+        /// This library's strategy.
+        #[cfg(feature = "plugin")]
+        #[allow(unsafe_code)]
+        #[unsafe(no_mangle)]
+        pub extern "C" fn chronoshard_plugin_strategy() -> *const $crate::abi::StrategyVTable {
+            &STRATEGY
         }
-    }
-
-    #[test]
-    fn eight_shards_two_nodes() {
-        let a = balanced(&problem(8, &["node-1", "node-2"]), &Assignment::new());
-        assert_eq!(a.values().filter(|n| *n == "node-1").count(), 4);
-        assert_eq!(a.len(), 8);
-    }
-
-    #[test]
-    fn a_lost_node_moves_only_its_shards() {
-        let p = problem(8, &["a", "b", "c"]);
-        let before = balanced(&p, &Assignment::new());
-        let after = balanced(&problem(8, &["a", "b"]), &before);
-        for (shard, owner) in &before {
-            if owner != "c" {
-                assert_eq!(&after[shard], owner, "shard {shard} moved needlessly");
-            }
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn balanced_total_stable(shards in 0u32..64, nodes in proptest::collection::btree_set("[a-e]", 1..5),
-                                 prev_nodes in proptest::collection::btree_set("[a-g]", 1..6)) {
-            let nodes: Vec<String> = nodes.into_iter().collect();
-            let prev = balanced(&Problem { shards: (0..shards).collect(), nodes: prev_nodes.into_iter().collect() }, &Assignment::new());
-            let p = Problem { shards: (0..shards).collect(), nodes: nodes.clone() };
-            let a = balanced(&p, &prev);
-            // every shard placed, on a live node
-            prop_assert_eq!(a.len() as u32, shards);
-            prop_assert!(a.values().all(|n| nodes.contains(n)));
-            // balanced within one
-            let counts: Vec<usize> = nodes.iter().map(|n| a.values().filter(|o| *o == n).count()).collect();
-            prop_assert!(counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1);
-            // a second pass changes nothing
-            prop_assert_eq!(balanced(&p, &a), a);
-        }
-    }
+    };
 }

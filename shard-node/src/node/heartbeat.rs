@@ -1,9 +1,9 @@
 //! The node's heartbeat: its entry in the registry every `heartbeat_every` of the live settings,
-//! with the shards open at that moment, the settings version it runs and its clock offset, which
-//! it measures against the NATS server here (`offset`). Its own task: nothing the node loop waits
-//! for can delay it.
+//! with the shards open at that moment, the occurrences in their wheels, the node's zone and
+//! labels, the settings version it runs and its clock offset, which it measures against the NATS
+//! server here (`offset`). Its own task: nothing the node loop waits for can delay it.
 
-use std::time::Duration;
+use std::{collections::BTreeMap, time::Duration};
 
 use chronoshard_cluster::Cluster;
 use chronoshard_telemetry::metrics;
@@ -21,6 +21,8 @@ const PROBE_EVERY: u64 = 10;
 pub(super) struct Heartbeat {
     pub membership: Cluster,
     pub node_id: String,
+    pub zone: Option<String>,
+    pub labels: BTreeMap<String, String>,
     pub clock: SharedClock,
     pub open: watch::Receiver<Vec<u32>>,
     pub settings: SettingsRx,
@@ -57,13 +59,17 @@ impl Heartbeat {
             }
             beats += 1;
             let offset = estimate.offset_ms();
+            let shards = self.open.borrow().clone();
             let info = NodeInfo {
                 node_id: self.node_id.clone(),
                 started_at,
                 heartbeat_at: self.wall_now(),
-                shards: self.open.borrow().clone(),
+                wheel_size: wheel_size(&shards),
+                shards,
                 settings_version: version,
                 clock_offset_ms: offset,
+                zone: self.zone.clone(),
+                labels: self.labels.clone(),
             };
             let woke = due.elapsed();
             let put = tokio::select! {
@@ -143,4 +149,17 @@ impl Heartbeat {
             Err(e) => warn!(error = %e, "clock probe unreadable"),
         }
     }
+}
+
+/// Occurrences held in the wheels of `shards`. Each shard already keeps its wheel's size in its
+/// `chronoshard_wheel_entries` gauge (and zeroes it when it closes): reading those back costs a
+/// lookup per open shard and needs no channel from every shard to the heartbeat.
+fn wheel_size(shards: &[u32]) -> u64 {
+    shards
+        .iter()
+        .map(|s| {
+            let held = metrics::WHEEL_ENTRIES_GAUGE.with_label_values(&[&s.to_string()]);
+            held.get().max(0) as u64
+        })
+        .sum()
 }

@@ -8,7 +8,11 @@
 mod heartbeat;
 pub mod offset;
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+    time::Duration,
+};
 
 use chronoshard_cluster::{Cluster, Connections};
 use chronoshard_wire::{rpc::ShardAssignment, settings::Settings};
@@ -35,6 +39,10 @@ pub struct Options {
     /// Where this node's shards also take requests from callers in the same process (the
     /// control plane of `chronoshard dev`); a default one is private to the node.
     pub local: chronoshard_cluster::LocalShards,
+    /// The node's failure domain, carried in its heartbeat for the assignment strategy.
+    pub zone: Option<String>,
+    /// The operator's labels of the node, carried in its heartbeat for the assignment strategy.
+    pub labels: BTreeMap<String, String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +135,8 @@ impl Node {
             heartbeat::Heartbeat {
                 membership: self.membership.clone(),
                 node_id: self.opts.node_id.clone(),
+                zone: self.opts.zone.clone(),
+                labels: self.opts.labels.clone(),
                 clock: self.clock.clone(),
                 open: self.open_tx.subscribe(),
                 settings: self.settings.clone(),
