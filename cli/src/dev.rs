@@ -192,6 +192,7 @@ impl Platform {
                 local: local.clone(),
                 zone: None,
                 labels: Default::default(),
+                max_shards: None,
             };
             let nats = connect(format!("node-{i}")).await?;
             let (_, task) = ShardNode::start(node, nats, shutdown.clone()).await?;

@@ -54,6 +54,11 @@ pub struct ShardNodeArgs {
     #[arg(long, value_delimiter = ',')]
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub label: Vec<String>,
+    /// The most shards this node may own (at least 1); the control plane's assignment respects
+    /// it. Unset: no limit.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_shards: Option<u32>,
 }
 
 impl ShardNodeArgs {
@@ -90,6 +95,7 @@ impl ShardNodeArgs {
             local: Default::default(),
             zone: self.zone.clone(),
             labels: labels(&self.label)?,
+            max_shards: self.max_shards,
         })
     }
 }

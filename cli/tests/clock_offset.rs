@@ -47,6 +47,7 @@ async fn a_node_whose_clock_is_off_takes_no_shards_and_says_why() {
         local: Default::default(),
         zone: None,
         labels: Default::default(),
+        max_shards: None,
     };
     ShardNode::start(node("good"), nats.client().await.unwrap(), shutdown.clone())
         .await

@@ -15,6 +15,7 @@ use std::{
     path::{Path, PathBuf},
     process::Command,
     sync::OnceLock,
+    time::Duration,
 };
 
 use chrono::Utc;
@@ -436,4 +437,93 @@ async fn a_panicking_or_hanging_plugin_moves_no_shard_and_a_killed_node_still_fa
     eprintln!(
         "node-c's shards {victim:?} failed over under a faulty strategy; epochs now {moved:?}"
     );
+}
+
+/// The failed passes of strategy `name`, every reason.
+async fn strategy_errors(api: &Api, name: &str) -> f64 {
+    let (_, _, text) = api.send(Method::GET, "/metrics", None).await;
+    let strategy = format!("strategy=\"{name}\"");
+    text.as_str()
+        .unwrap()
+        .lines()
+        .filter(|l| l.starts_with("chronoshard_strategy_errors_total{") && l.contains(&strategy))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// `GET /v1/nodes` by node id.
+async fn nodes_by_id(api: &Api) -> BTreeMap<String, Value> {
+    let (status, list) = api.get("/v1/nodes").await;
+    assert_eq!(status, 200, "{list}");
+    list["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| (n["node_id"].as_str().unwrap().to_string(), n.clone()))
+        .collect()
+}
+
+/// What `least-loaded` and `two-level` weigh comes from the nodes' heartbeats: the attempts their
+/// shards have in flight and the CPU their processes use; a node's `--max-shards` holds under the
+/// built-in default and under `least-loaded` when a drained node's shards need a new home.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nodes_report_their_load_and_their_shard_limit_holds() {
+    let mut d = Deployment::start(1).await;
+    d.control_plane("cp-1", &["--shards", "4"]).await;
+    d.node_with("node-a", &["--max-shards", "1"]).await;
+    d.node("node-b").await;
+    let api = d.api("cp-1");
+    let owned = wait_settled(&api, &["node-a", "node-b"]).await;
+    assert_eq!((owned["node-a"].len(), owned["node-b"].len()), (1, 3));
+    assert_eq!(nodes_by_id(&api).await["node-a"]["max_shards"], 1);
+
+    // Tickets for a queue no worker serves stay in flight on the shards that fired them.
+    let mut expected: BTreeMap<String, u64> = BTreeMap::new();
+    for i in 0..12 {
+        let body = json!({"tenant": format!("load-{i}"), "name": "stuck",
+            "schedule": {"delay": "0s"}, "target": {"type": "queue", "queue": "nobody"}});
+        let (status, job) = api.post("/v1/jobs", &body).await;
+        assert_eq!(status, 201, "{job}");
+        let shard = job["shard"].as_u64().unwrap();
+        let owner = owned.iter().find(|(_, s)| s.contains(&shard)).unwrap().0;
+        *expected.entry(owner.clone()).or_default() += 1;
+    }
+    let seen = wait_for(
+        "each node to report its attempts in flight and its CPU",
+        Duration::from_secs(30),
+        || async {
+            let nodes = nodes_by_id(&api).await;
+            let all = ["node-a", "node-b"].iter().all(|id| {
+                let n = &nodes[*id];
+                n["in_flight"].as_u64() == Some(expected.get(*id).copied().unwrap_or(0))
+                    && n["cpu_cores"].as_f64().is_some_and(|c| c > 0.0)
+            });
+            all.then_some(nodes)
+        },
+    )
+    .await
+    .unwrap();
+    eprintln!(
+        "in flight {:?}, cores {:?}",
+        expected,
+        seen.values()
+            .map(|n| n["cpu_cores"].clone())
+            .collect::<Vec<_>>()
+    );
+
+    let (status, body) = put(
+        &api,
+        "/v1/strategy",
+        &json!({"name": "least-loaded", "config": {}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    // node-b's shards need a new home: node-a has no room, so all go to the node that joined.
+    d.node("node-c").await;
+    let (status, body) = api.post("/v1/nodes/node-b/drain", &json!({})).await;
+    assert!(status < 300, "{status} {body}");
+    let owned = wait_settled(&api, &["node-a", "node-c"]).await;
+    assert_eq!((owned["node-a"].len(), owned["node-c"].len()), (1, 3));
+    assert_eq!(listed(&api, "least-loaded").await["active"], true);
+    assert_eq!(strategy_errors(&api, "least-loaded").await, 0.0);
 }

@@ -127,6 +127,9 @@ mod tests {
             zone: None,
             labels: Default::default(),
             wheel_size: 0,
+            in_flight: 0,
+            cpu_share: 0.0,
+            max_shards: None,
         }
     }
 

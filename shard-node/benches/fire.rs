@@ -533,6 +533,7 @@ impl Env {
             local: Default::default(),
             zone: None,
             labels: Default::default(),
+            max_shards: None,
         };
         let client = self.nats.client().await?;
         Ok(ShardNode::start(opts, client, self.shutdown.clone()).await?)

@@ -540,6 +540,7 @@ async fn node_process(p: NodeParams, began: Instant) -> Res<()> {
         local: Default::default(),
         zone: None,
         labels: Default::default(),
+        max_shards: None,
     };
     let start = Instant::now();
     let (_handle, task) = ShardNode::start(opts, client, shutdown.clone()).await?;

@@ -69,6 +69,16 @@ pub struct NodeView {
     /// Occurrences held in the time wheels of its open shards (its last heartbeat).
     #[serde(default)]
     pub wheel_size: u64,
+    /// Ticket attempts its open shards have in flight: unpublished, queued or running (its last
+    /// heartbeat).
+    #[serde(default)]
+    pub in_flight: u64,
+    /// CPU its process used between its two latest heartbeats, in cores.
+    #[serde(default)]
+    pub cpu_cores: f64,
+    /// The most shards it may own (`--max-shards`); absent: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_shards: Option<u32>,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -179,6 +189,9 @@ fn view(n: NodeInfo, assigned: Vec<u32>, draining: &HashSet<String>, s: &Setting
         zone: n.zone,
         labels: n.labels,
         wheel_size: n.wheel_size,
+        in_flight: n.in_flight,
+        cpu_cores: n.cpu_share,
+        max_shards: n.max_shards,
         node_id: n.node_id,
     }
 }

@@ -102,7 +102,8 @@ fn may_assign(input: &Input) -> bool {
 }
 
 /// What the strategy is asked, or None when nothing may be assigned now. Every shard (weight
-/// 1), every live node with what its heartbeat says (zone, labels, open shards, wheel size),
+/// 1), every live node with what its heartbeat says (capacity, zone, labels, and its load:
+/// attempts in flight, wheel size, CPU, open shards),
 /// nodes that take no shards (draining, or their clock is off) marked `draining` so no strategy
 /// can use them, the map in force as `previous`, and the strategy's config.
 pub fn strategy_input(
@@ -117,11 +118,12 @@ pub fn strategy_input(
         .iter()
         .map(|n| Node {
             id: n.node_id.clone(),
-            capacity: None,
+            capacity: n.max_shards,
             load: Load {
+                in_flight: n.in_flight,
                 wheel_size: n.wheel_size,
+                cpu_share: n.cpu_share,
                 open_shards: n.shards.len() as u64,
-                ..Load::default()
             },
             zone: n.zone.clone(),
             labels: n.labels.clone(),

@@ -22,6 +22,9 @@ fn node(id: &str, open: &[u32], offset_ms: Option<f64>) -> NodeInfo {
         zone: None,
         labels: Default::default(),
         wheel_size: 0,
+        in_flight: 0,
+        cpu_share: 0.0,
+        max_shards: None,
     }
 }
 
@@ -249,6 +252,9 @@ fn the_strategy_is_asked_with_every_node_and_those_taking_no_shards_marked_drain
     a.zone = Some("z1".into());
     a.labels = BTreeMap::from([("db_zone".to_string(), "z1".to_string())]);
     a.wheel_size = 42;
+    a.in_flight = 7;
+    a.cpu_share = 0.25;
+    a.max_shards = Some(3);
     let live = [a, node("b", &[], Some(900.0)), node("c", &[2], None)];
     let o = owners(&[(0, "a"), (1, "a"), (2, "c"), (3, "gone")]);
     let draining: HashSet<String> = ["c".to_string()].into();
@@ -277,9 +283,14 @@ fn the_strategy_is_asked_with_every_node_and_those_taking_no_shards_marked_drain
         (Some("z1"), "z1")
     );
     assert_eq!(
-        (a.load.open_shards, a.load.wheel_size, a.draining),
-        (2, 42, false)
+        (a.load.open_shards, a.load.wheel_size, a.load.in_flight),
+        (2, 42, 7)
     );
+    assert_eq!(
+        (a.load.cpu_share, a.capacity, a.draining),
+        (0.25, Some(3), false)
+    );
+    assert_eq!(by_id["c"].capacity, None);
     // b's clock is off by 900 ms, c drains: neither may be given a shard.
     assert!(by_id["b"].draining && by_id["c"].draining);
 }

@@ -18,6 +18,9 @@ fn node(id: &str) -> NodeInfo {
         zone: None,
         labels: Default::default(),
         wheel_size: 0,
+        in_flight: 0,
+        cpu_share: 0.0,
+        max_shards: None,
     }
 }
 

@@ -20,6 +20,8 @@ pub const RESULT_PULLS_RENEWED: &str = "chronoshard_result_pulls_renewed_total";
 pub const NATS_EVENTS: &str = "chronoshard_nats_client_events_total";
 pub const OCCURRENCES_NOT_FIRED: &str = "chronoshard_occurrences_not_fired_total";
 pub const WHEEL_ENTRIES: &str = "chronoshard_wheel_entries";
+pub const ATTEMPTS_OPEN: &str = "chronoshard_attempts_open";
+pub const NODE_CPU: &str = "chronoshard_node_cpu_cores";
 pub const HTTP_REQUESTS: &str = "chronoshard_http_requests_total";
 pub const HTTP_DURATION: &str = "chronoshard_http_request_duration_seconds";
 pub const EXECUTIONS: &str = "chronoshard_worker_executions_total";
@@ -138,6 +140,25 @@ pub static WHEEL_ENTRIES_GAUGE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
         WHEEL_ENTRIES,
         "occurrences held in the time wheel",
         &["shard"]
+    )
+    .expect("metric")
+});
+/// Ticket attempts a shard has written and not seen finish, counted every second: the
+/// `in_flight` load a node reports to the assignment strategy.
+pub static ATTEMPTS_OPEN_GAUGE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
+        ATTEMPTS_OPEN,
+        "ticket attempts written and not finished (unpublished, queued or running)",
+        &["shard"]
+    )
+    .expect("metric")
+});
+/// CPU a shard node's process used between its two latest heartbeats, in cores.
+pub static NODE_CPU_GAUGE: LazyLock<GaugeVec> = LazyLock::new(|| {
+    register_gauge_vec!(
+        NODE_CPU,
+        "CPU the node's process used between its two latest heartbeats, in cores",
+        &["node"]
     )
     .expect("metric")
 });

@@ -276,6 +276,16 @@ pub struct NodeInfo {
     /// Occurrences held in the time wheels of its open shards.
     #[serde(default)]
     pub wheel_size: u64,
+    /// Ticket attempts its open shards have written and not seen finish: waiting to be
+    /// published, queued for a worker, or running.
+    #[serde(default)]
+    pub in_flight: u64,
+    /// CPU its process used between its two latest heartbeats, in cores (1.0: one core busy).
+    #[serde(default)]
+    pub cpu_share: f64,
+    /// The most shards it may own (`--max-shards`); absent: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_shards: Option<u32>,
 }
 
 /// The control-plane leader's lease, kept under one KV key and renewed by compare-and-swap.

@@ -1,7 +1,8 @@
 //! The node's heartbeat: its entry in the registry every `heartbeat_every` of the live settings,
-//! with the shards open at that moment, the occurrences in their wheels, the node's zone and
-//! labels, the settings version it runs and its clock offset, which it measures against the NATS
-//! server here (`offset`). Its own task: nothing the node loop waits for can delay it.
+//! with the shards open at that moment, its load (the occurrences in their wheels, the attempts
+//! they have in flight, the CPU the process used since the last beat), its shard limit, zone
+//! and labels, the settings version it runs and its clock offset, which it measures against the
+//! NATS server here (`offset`). Its own task: nothing the node loop waits for can delay it.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -12,7 +13,10 @@ use tokio::{sync::watch, time::Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::offset::{OffsetEstimate, Sample};
+use super::{
+    cpu::{process_cpu, CpuMeter},
+    offset::{OffsetEstimate, Sample},
+};
 use crate::{clock::SharedClock, shard::SettingsRx};
 
 /// Heartbeats between two clock probes (the first probe comes before the first heartbeat).
@@ -23,6 +27,7 @@ pub(super) struct Heartbeat {
     pub node_id: String,
     pub zone: Option<String>,
     pub labels: BTreeMap<String, String>,
+    pub max_shards: Option<u32>,
     pub clock: SharedClock,
     pub open: watch::Receiver<Vec<u32>>,
     pub settings: SettingsRx,
@@ -36,6 +41,8 @@ impl Heartbeat {
         let mut beats = 0u64;
         let mut next = Instant::now();
         let mut skewed = false;
+        let mut cpu = CpuMeter::default();
+        let cpu_gauge = metrics::NODE_CPU_GAUGE.with_label_values(&[&self.node_id]);
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
@@ -60,11 +67,18 @@ impl Heartbeat {
             beats += 1;
             let offset = estimate.offset_ms();
             let shards = self.open.borrow().clone();
+            let cores = process_cpu().and_then(|used| cpu.sample(Instant::now().into_std(), used));
+            if let Some(c) = cores {
+                cpu_gauge.set(c);
+            }
             let info = NodeInfo {
                 node_id: self.node_id.clone(),
                 started_at,
                 heartbeat_at: self.wall_now(),
-                wheel_size: wheel_size(&shards),
+                wheel_size: per_shard(&metrics::WHEEL_ENTRIES_GAUGE, &shards),
+                in_flight: per_shard(&metrics::ATTEMPTS_OPEN_GAUGE, &shards),
+                cpu_share: cores.unwrap_or(0.0),
+                max_shards: self.max_shards,
                 shards,
                 settings_version: version,
                 clock_offset_ms: offset,
@@ -151,15 +165,12 @@ impl Heartbeat {
     }
 }
 
-/// Occurrences held in the wheels of `shards`. Each shard already keeps its wheel's size in its
-/// `chronoshard_wheel_entries` gauge (and zeroes it when it closes): reading those back costs a
-/// lookup per open shard and needs no channel from every shard to the heartbeat.
-fn wheel_size(shards: &[u32]) -> u64 {
+/// The sum over `shards` of a per-shard gauge the shards keep themselves (and zero when they
+/// close): the wheel sizes, the attempts in flight. Reading them back costs a lookup per open
+/// shard and needs no channel from every shard to the heartbeat.
+fn per_shard(gauge: &prometheus::IntGaugeVec, shards: &[u32]) -> u64 {
     shards
         .iter()
-        .map(|s| {
-            let held = metrics::WHEEL_ENTRIES_GAUGE.with_label_values(&[&s.to_string()]);
-            held.get().max(0) as u64
-        })
+        .map(|s| gauge.with_label_values(&[&s.to_string()]).get().max(0) as u64)
         .sum()
 }

@@ -2,9 +2,12 @@
 //! exactly the shards the map gives it, each under the epoch written there. It decides nothing
 //! about ownership itself.
 //!
-//! - `heartbeat`: its registry entry, with its clock offset measured against the NATS server;
+//! - `heartbeat`: its registry entry, with its load and its clock offset measured against the
+//!   NATS server;
+//! - `cpu`: the CPU the process uses, in cores;
 //! - `offset`: the offset estimate (pure).
 
+mod cpu;
 mod heartbeat;
 pub mod offset;
 
@@ -43,6 +46,9 @@ pub struct Options {
     pub zone: Option<String>,
     /// The operator's labels of the node, carried in its heartbeat for the assignment strategy.
     pub labels: BTreeMap<String, String>,
+    /// The most shards the node may own, carried in its heartbeat: the control plane's assignment
+    /// respects it (None: no limit).
+    pub max_shards: Option<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -137,6 +143,7 @@ impl Node {
                 node_id: self.opts.node_id.clone(),
                 zone: self.opts.zone.clone(),
                 labels: self.opts.labels.clone(),
+                max_shards: self.opts.max_shards,
                 clock: self.clock.clone(),
                 open: self.open_tx.subscribe(),
                 settings: self.settings.clone(),

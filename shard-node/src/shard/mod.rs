@@ -10,6 +10,7 @@
 mod dispatcher;
 pub mod fair;
 mod fire;
+mod load;
 mod ops;
 pub mod plan;
 mod results;
@@ -168,6 +169,7 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
     let dispatcher = dispatcher::start(store.clone(), ctx.clone(), stop.clone());
     let sweep = sweep::start(store.clone(), ctx.clone(), dispatcher.bell(), stop.clone());
     let checkpoints = start_checkpoints(store.clone(), stop.clone());
+    let load = load::start(store.clone(), stop.clone());
     let (cmd_tx, cmd_rx) = mpsc::channel(1024);
     let results = results::start(store.clone(), ctx.clone(), cmd_tx.clone(), stop.clone()).await?;
     let rpc = rpc::start(
@@ -198,7 +200,7 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
         Err(e) => Err(e),
     };
     stop.cancel();
-    let _ = tokio::join!(results, rpc, sweep, checkpoints);
+    let _ = tokio::join!(results, rpc, sweep, checkpoints, load);
     shard.dispatcher.closed().await;
     store.close().await;
     shard.metrics.wheel_entries.set(0);

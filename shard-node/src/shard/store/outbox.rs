@@ -86,6 +86,15 @@ impl Store {
         Ok(n as u64)
     }
 
+    /// Ticket attempts written and not finished: waiting in the outbox or for their backoff,
+    /// queued for a worker, or running (read by the `attempts_open` index).
+    pub async fn open_attempts_count(&self) -> Result<u64> {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM attempts WHERE finished_at IS NULL")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(n as u64)
+    }
+
     /// Tickets whose current attempt was written before `before`, may be published by `now` (a
     /// retry waits for its backoff) and was never acknowledged by JetStream: the outbox to
     /// publish again after a crash or a failed publish.

@@ -198,7 +198,39 @@ async fn a_checkpoint_copies_the_wal_beside_the_writer(db: TestDb) {
     }
 }
 
+async fn an_attempt_is_in_flight_from_its_fire_until_its_final_result(db: TestDb) {
+    let s = open(&db, 1).await.unwrap();
+    let (a, b) = (job("t", 1000), job("t", 1000));
+    for j in [&a, &b] {
+        s.create_job(j, None).await.unwrap();
+    }
+    assert_eq!(s.open_attempts_count().await.unwrap(), 0);
+    let (ta, tb) = (fired(&s, &a, 1000).await, fired(&s, &b, 1000).await);
+    // Unpublished, then published: in flight either way.
+    assert_eq!(s.open_attempts_count().await.unwrap(), 2);
+    published(&s, &ta, 1, 1001).await;
+    s.apply_results(&[report(&ta, 1, ResultKind::Started, 1500)], 1500)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.open_attempts_count().await.unwrap(),
+        2,
+        "started is running"
+    );
+    s.apply_results(
+        &[
+            report(&ta, 1, ResultKind::Succeeded, 1600),
+            report(&tb, 1, ResultKind::Succeeded, 1600),
+        ],
+        1600,
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.open_attempts_count().await.unwrap(), 0);
+}
+
 store_tests!(
+    an_attempt_is_in_flight_from_its_fire_until_its_final_result,
     a_checkpoint_copies_the_wal_beside_the_writer,
     a_ticket_written_ahead_waits_for_its_time_and_can_be_taken_back,
     an_unstarted_attempt_is_put_back_into_the_outbox_once,
