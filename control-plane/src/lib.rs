@@ -209,6 +209,7 @@ impl ControlPlane {
             ),
             cluster: cluster.clone(),
             admin_token: Arc::from(opts.admin_token.as_str()),
+            tokens: api::auth::Tokens::follow(cluster.clone(), shutdown.clone()),
             replica: opts.id.clone(),
             config: config.clone(),
             settings,

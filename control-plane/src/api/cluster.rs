@@ -97,7 +97,7 @@ pub async fn list_shards(State(state): State<AppState>) -> Result<Json<ShardMap>
     }))
 }
 
-fn unavailable(e: chronoshard_cluster::Error) -> ApiError {
+pub(super) fn unavailable(e: chronoshard_cluster::Error) -> ApiError {
     ApiError::Unavailable(e.to_string())
 }
 

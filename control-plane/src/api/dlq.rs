@@ -10,6 +10,7 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::{
+    auth::Caller,
     body::{Params, PathId},
     error::ApiError,
     jobs::{find_ticket, limit, tenant_or_all},
@@ -56,16 +57,18 @@ fn cursor_of(d: &DeadLetter) -> String {
     security(("bearer" = [])))]
 pub async fn list_dead_letters(
     State(state): State<AppState>,
+    caller: Caller,
     Params(q): Params<DlqQuery>,
 ) -> Result<Json<DeadLetterPage>, ApiError> {
     let limit = limit(q.limit)?;
+    let tenant = caller.scope(q.tenant.as_deref())?;
     let before = q.cursor.as_deref().map(parse_cursor).transpose()?;
     let req = ShardRequest::ListDeadLetters {
-        tenant: q.tenant.clone(),
+        tenant: tenant.map(str::to_string),
         before,
         limit,
     };
-    let replies = tenant_or_all(&state, q.tenant.as_deref(), &req).await?;
+    let replies = tenant_or_all(&state, tenant, &req).await?;
     let mut items = Vec::new();
     for reply in replies {
         match reply? {
@@ -93,9 +96,11 @@ pub async fn list_dead_letters(
     security(("bearer" = [])))]
 pub async fn replay(
     State(state): State<AppState>,
+    caller: Caller,
     PathId(ticket_id): PathId,
 ) -> Result<impl IntoResponse, ApiError> {
     let ticket = find_ticket(&state, ticket_id).await?;
+    caller.sees(&ticket.tenant, "ticket")?;
     match state
         .router
         .call(ticket.shard, &ShardRequest::ReplayTicket { ticket_id })

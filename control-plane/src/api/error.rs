@@ -34,6 +34,9 @@ pub enum ApiError {
     InvalidField { field: String, detail: String },
     #[error("a valid bearer token is required")]
     Unauthorized,
+    /// The token is valid but does not reach this endpoint or tenant.
+    #[error("{0}")]
+    Forbidden(String),
     #[error("{0} not found")]
     NotFound(&'static str),
     /// Not found, with a detail that says what was looked for where.
@@ -81,6 +84,7 @@ impl ApiError {
                 "A field is invalid",
             ),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
+            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden", "Forbidden"),
             ApiError::NotFound(_) | ApiError::Missing(_) => {
                 (StatusCode::NOT_FOUND, "not_found", "Not found")
             }

@@ -19,6 +19,7 @@ use uuid::Uuid;
 use crate::routing::mint_job_id;
 
 use super::{
+    auth::Caller,
     body::{JsonBody, Params, PathId},
     error::ApiError,
     AppState, Problem,
@@ -89,12 +90,14 @@ fn job_reply(reply: ShardReply) -> Result<(Job, bool), ApiError> {
     security(("bearer" = [])))]
 pub async fn create_job(
     State(state): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     JsonBody(spec): JsonBody<JobSpec>,
 ) -> Result<impl IntoResponse, ApiError> {
     // Checked here too, so a bad request never reaches a shard.
     spec.validate(Utc::now())
         .map_err(|e| ApiError::field(e.field, e.message))?;
+    caller.may_create_in(&spec.tenant)?;
     let key = match headers.get("idempotency-key") {
         Some(v) => Some(
             v.to_str()
@@ -150,9 +153,11 @@ pub async fn create_job(
     security(("bearer" = [])))]
 pub async fn list_jobs(
     State(state): State<AppState>,
+    caller: Caller,
     Params(q): Params<ListJobsQuery>,
 ) -> Result<Json<JobPage>, ApiError> {
     let limit = limit(q.limit)?;
+    let tenant = caller.scope(q.tenant.as_deref())?;
     let after = match &q.cursor {
         Some(c) => Some(
             Uuid::parse_str(c)
@@ -161,11 +166,11 @@ pub async fn list_jobs(
         None => None,
     };
     let req = ShardRequest::ListJobs {
-        tenant: q.tenant.clone(),
+        tenant: tenant.map(str::to_string),
         after,
         limit,
     };
-    let replies = tenant_or_all(&state, q.tenant.as_deref(), &req).await?;
+    let replies = tenant_or_all(&state, tenant, &req).await?;
     let mut jobs = Vec::new();
     for r in replies {
         match r? {
@@ -199,8 +204,29 @@ async fn job_shard(state: &AppState, id: Uuid) -> Result<u32, ApiError> {
     Ok(state.router.shard_for_tenant(&tenant))
 }
 
-async fn job_call(state: &AppState, id: Uuid, req: ShardRequest) -> Result<ShardReply, ApiError> {
+/// Sends a request about job `id` to its shard. For a tenant token the job is read first, and
+/// one of another tenant answers 404 like a job that does not exist.
+async fn job_call(
+    state: &AppState,
+    caller: &Caller,
+    id: Uuid,
+    req: ShardRequest,
+) -> Result<ShardReply, ApiError> {
     let shard = job_shard(state, id).await?;
+    if caller.tenant().is_some() {
+        let read = state
+            .router
+            .call(shard, &ShardRequest::GetJob { job_id: id })
+            .await?;
+        let (job, _) = job_reply(read)?;
+        caller.sees(&job.spec.tenant, "job")?;
+        if matches!(req, ShardRequest::GetJob { .. }) {
+            return Ok(ShardReply::Job {
+                job,
+                created: false,
+            });
+        }
+    }
     state.router.call(shard, &req).await
 }
 
@@ -210,10 +236,11 @@ async fn job_call(state: &AppState, id: Uuid, req: ShardRequest) -> Result<Shard
     security(("bearer" = [])))]
 pub async fn get_job(
     State(state): State<AppState>,
+    caller: Caller,
     PathId(id): PathId,
 ) -> Result<Json<Job>, ApiError> {
     Ok(Json(
-        job_reply(job_call(&state, id, ShardRequest::GetJob { job_id: id }).await?)?.0,
+        job_reply(job_call(&state, &caller, id, ShardRequest::GetJob { job_id: id }).await?)?.0,
     ))
 }
 
@@ -225,11 +252,21 @@ pub async fn get_job(
     security(("bearer" = [])))]
 pub async fn patch_job(
     State(state): State<AppState>,
+    caller: Caller,
     PathId(id): PathId,
     JsonBody(patch): JsonBody<JobPatch>,
 ) -> Result<Json<Job>, ApiError> {
     Ok(Json(
-        job_reply(job_call(&state, id, ShardRequest::PatchJob { job_id: id, patch }).await?)?.0,
+        job_reply(
+            job_call(
+                &state,
+                &caller,
+                id,
+                ShardRequest::PatchJob { job_id: id, patch },
+            )
+            .await?,
+        )?
+        .0,
     ))
 }
 
@@ -240,9 +277,10 @@ pub async fn patch_job(
     security(("bearer" = [])))]
 pub async fn delete_job(
     State(state): State<AppState>,
+    caller: Caller,
     PathId(id): PathId,
 ) -> Result<StatusCode, ApiError> {
-    job_reply(job_call(&state, id, ShardRequest::DeleteJob { job_id: id }).await?)?;
+    job_reply(job_call(&state, &caller, id, ShardRequest::DeleteJob { job_id: id }).await?)?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -253,10 +291,11 @@ pub async fn delete_job(
     security(("bearer" = [])))]
 pub async fn pause_job(
     State(state): State<AppState>,
+    caller: Caller,
     PathId(id): PathId,
 ) -> Result<Json<Job>, ApiError> {
     Ok(Json(
-        job_reply(job_call(&state, id, ShardRequest::PauseJob { job_id: id }).await?)?.0,
+        job_reply(job_call(&state, &caller, id, ShardRequest::PauseJob { job_id: id }).await?)?.0,
     ))
 }
 
@@ -267,10 +306,11 @@ pub async fn pause_job(
     security(("bearer" = [])))]
 pub async fn resume_job(
     State(state): State<AppState>,
+    caller: Caller,
     PathId(id): PathId,
 ) -> Result<Json<Job>, ApiError> {
     Ok(Json(
-        job_reply(job_call(&state, id, ShardRequest::ResumeJob { job_id: id }).await?)?.0,
+        job_reply(job_call(&state, &caller, id, ShardRequest::ResumeJob { job_id: id }).await?)?.0,
     ))
 }
 
@@ -281,9 +321,10 @@ pub async fn resume_job(
     security(("bearer" = [])))]
 pub async fn trigger_job(
     State(state): State<AppState>,
+    caller: Caller,
     PathId(id): PathId,
 ) -> Result<impl IntoResponse, ApiError> {
-    match job_call(&state, id, ShardRequest::TriggerJob { job_id: id }).await? {
+    match job_call(&state, &caller, id, ShardRequest::TriggerJob { job_id: id }).await? {
         ShardReply::Triggered { run } => Ok((StatusCode::ACCEPTED, Json(run))),
         other => Err(ApiError::Internal(format!(
             "unexpected shard reply {other:?}"
@@ -297,12 +338,14 @@ pub async fn trigger_job(
     security(("bearer" = [])))]
 pub async fn list_runs(
     State(state): State<AppState>,
+    caller: Caller,
     PathId(id): PathId,
     Params(q): Params<RunsQuery>,
 ) -> Result<Json<RunPage>, ApiError> {
     let limit = limit(q.limit)?;
     match job_call(
         &state,
+        &caller,
         id,
         ShardRequest::ListRuns {
             job_id: id,
@@ -334,9 +377,12 @@ pub async fn list_runs(
     security(("bearer" = [])))]
 pub async fn get_ticket(
     State(state): State<AppState>,
+    caller: Caller,
     PathId(ticket_id): PathId,
 ) -> Result<Json<TicketView>, ApiError> {
-    Ok(Json(find_ticket(&state, ticket_id).await?))
+    let ticket = find_ticket(&state, ticket_id).await?;
+    caller.sees(&ticket.tenant, "ticket")?;
+    Ok(Json(ticket))
 }
 
 /// Sends a read to the shard of `tenant`, or to every shard when no tenant is given.

@@ -4,6 +4,7 @@
 //! Handlers only translate HTTP to shard requests and back: they must not touch shard databases
 //! or decide anything a shard decides.
 
+pub mod auth;
 pub mod body;
 pub mod cluster;
 pub mod dlq;
@@ -14,15 +15,15 @@ pub mod plugins;
 pub mod schedule;
 pub mod settings;
 pub mod tenants;
+pub mod tokens;
 pub mod workers;
 
 use std::{sync::Arc, time::Instant};
 
 use axum::{
-    extract::{MatchedPath, Request, State},
-    http::header,
+    extract::{MatchedPath, Request},
     middleware::{self, Next},
-    response::{IntoResponse, Response},
+    response::Response,
     Router,
 };
 use chronoshard_cluster::Cluster;
@@ -48,7 +49,10 @@ pub struct AppState(Arc<Shared>);
 pub struct Shared {
     pub router: ShardRouter,
     pub cluster: Cluster,
+    /// The configured admin token.
     pub admin_token: Arc<str>,
+    /// The tokens made through `/v1/tokens`, as this replica follows them.
+    pub tokens: auth::Tokens,
     /// This replica's id.
     pub replica: String,
     pub config: chronoshard_wire::rpc::ClusterConfig,
@@ -90,6 +94,7 @@ Errors are application/problem+json (RFC 9457) with a stable `code`; input error
         (name = "tenants", description = "Tenant-wide pause, resume and trigger"),
         (name = "schedule", description = "Schedule evaluation"),
         (name = "cluster", description = "Control-plane replicas and the leader, shards, nodes, workers and live settings"),
+        (name = "tokens", description = "API tokens for one tenant or an admin: create (the secret is shown once), list, revoke"),
         (name = "plugins", description = "Assignment strategies: the built-ins and plugins, loading a plugin from the plugin directory, activating a strategy"),
         (name = "operations", description = "Health, readiness, metrics (no token)")
     )
@@ -134,6 +139,8 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(plugins::put_strategy))
         .routes(routes!(workers::list_workers))
         .routes(routes!(workers::drain_worker))
+        .routes(routes!(tokens::create_token, tokens::list_tokens))
+        .routes(routes!(tokens::revoke_token))
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))
@@ -151,35 +158,12 @@ pub fn app(state: AppState) -> Router {
         .route_layer(middleware::from_fn(record))
         .merge(SwaggerUi::new("/docs").url("/openapi.json", api))
         .fallback(|| async { ApiError::NotFound("route") })
-        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::authenticate,
+        ))
         .layer(axum::extract::DefaultBodyLimit::max(body::MAX_BODY))
         .with_state(state)
-}
-
-/// `/v1` needs the admin bearer token; operational endpoints and the docs need none.
-async fn authenticate(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    if !req.uri().path().starts_with("/v1/") {
-        return next.run(req).await;
-    }
-    let presented = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    if presented.is_some_and(|t| constant_time_eq(t.as_bytes(), state.admin_token.as_bytes())) {
-        next.run(req).await
-    } else {
-        let mut resp = ApiError::Unauthorized.into_response();
-        resp.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            header::HeaderValue::from_static("Bearer"),
-        );
-        resp
-    }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Counts requests and their duration by route template (not by raw path: ids would explode the

@@ -4,13 +4,17 @@
 use axum::{extract::State, http::StatusCode, response::IntoResponse, Json};
 use chronoshard_wire::rpc::{ShardReply, ShardRequest, TenantView};
 
-use super::{body::PathTenant, error::ApiError, AppState, Problem};
+use super::{auth::Caller, body::PathTenant, error::ApiError, AppState, Problem};
 
+/// Sends a tenant request to the tenant's shard; another tenant's name answers 404 to a tenant
+/// token.
 async fn tenant_call(
     state: &AppState,
+    caller: &Caller,
     tenant: &str,
     req: ShardRequest,
 ) -> Result<TenantView, ApiError> {
+    caller.sees(tenant, "tenant")?;
     match state
         .router
         .call(state.router.shard_for_tenant(tenant), &req)
@@ -29,12 +33,13 @@ async fn tenant_call(
     security(("bearer" = [])))]
 pub async fn get_tenant(
     State(state): State<AppState>,
+    caller: Caller,
     PathTenant(tenant): PathTenant,
 ) -> Result<Json<TenantView>, ApiError> {
     let req = ShardRequest::GetTenant {
         tenant: tenant.clone(),
     };
-    Ok(Json(tenant_call(&state, &tenant, req).await?))
+    Ok(Json(tenant_call(&state, &caller, &tenant, req).await?))
 }
 
 /// Pause a tenant: none of its jobs fires until it is resumed; each job keeps its own state.
@@ -43,12 +48,13 @@ pub async fn get_tenant(
     security(("bearer" = [])))]
 pub async fn pause_tenant(
     State(state): State<AppState>,
+    caller: Caller,
     PathTenant(tenant): PathTenant,
 ) -> Result<Json<TenantView>, ApiError> {
     let req = ShardRequest::PauseTenant {
         tenant: tenant.clone(),
     };
-    Ok(Json(tenant_call(&state, &tenant, req).await?))
+    Ok(Json(tenant_call(&state, &caller, &tenant, req).await?))
 }
 
 /// Resume a tenant: each of its active jobs continues from its first occurrence after now
@@ -58,12 +64,13 @@ pub async fn pause_tenant(
     security(("bearer" = [])))]
 pub async fn resume_tenant(
     State(state): State<AppState>,
+    caller: Caller,
     PathTenant(tenant): PathTenant,
 ) -> Result<Json<TenantView>, ApiError> {
     let req = ShardRequest::ResumeTenant {
         tenant: tenant.clone(),
     };
-    Ok(Json(tenant_call(&state, &tenant, req).await?))
+    Ok(Json(tenant_call(&state, &caller, &tenant, req).await?))
 }
 
 /// Fire every active job of the tenant now, each under its overlap policy; `triggered` counts
@@ -74,6 +81,7 @@ pub async fn resume_tenant(
     security(("bearer" = [])))]
 pub async fn trigger_tenant(
     State(state): State<AppState>,
+    caller: Caller,
     PathTenant(tenant): PathTenant,
 ) -> Result<impl IntoResponse, ApiError> {
     let req = ShardRequest::TriggerTenant {
@@ -81,6 +89,6 @@ pub async fn trigger_tenant(
     };
     Ok((
         StatusCode::ACCEPTED,
-        Json(tenant_call(&state, &tenant, req).await?),
+        Json(tenant_call(&state, &caller, &tenant, req).await?),
     ))
 }

@@ -17,6 +17,7 @@ mod registry;
 mod shard_map;
 #[cfg(test)]
 mod tests;
+mod tokens;
 
 use std::{sync::Arc, time::Duration};
 

@@ -15,6 +15,7 @@ pub mod rpc;
 pub mod settings;
 pub mod strategy;
 pub mod ticket;
+pub mod token;
 
 pub use duration::Dur;
 pub use job::{

@@ -36,6 +36,14 @@ pub fn drain_key(node_id: &str) -> String {
     format!("drain.{node_id}")
 }
 
+/// Key in `SHARDS_BUCKET` of an API token's record.
+pub fn token_key(id: &uuid::Uuid) -> String {
+    format!("token.{id}")
+}
+
+/// The keys of every API token's record in `SHARDS_BUCKET`.
+pub const TOKEN_KEYS: &str = "token.*";
+
 /// Key of a control-plane replica's heartbeat in `CONTROL_BUCKET`.
 pub fn replica_key(id: &str) -> String {
     format!("replica.{id}")
