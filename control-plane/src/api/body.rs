@@ -5,7 +5,7 @@
 use axum::{
     body::Bytes,
     extract::{FromRequest, FromRequestParts, Request},
-    http::request::Parts,
+    http::{request::Parts, StatusCode},
 };
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
@@ -19,13 +19,36 @@ pub struct JsonBody<T>(pub T);
 /// Largest request body accepted.
 pub const MAX_BODY: usize = 1 << 20;
 
+/// Longest request target (path and query) accepted.
+pub const MAX_URI: usize = 8 << 10;
+
+/// A job's `payload` larger than `chronoshard_wire::job::MAX_PAYLOAD_BYTES` as JSON is a 413
+/// naming the field (`field` is `payload` in a create and a patch alike).
+pub fn check_payload(payload: &serde_json::Value) -> Result<(), ApiError> {
+    let max = chronoshard_wire::job::MAX_PAYLOAD_BYTES;
+    match chronoshard_wire::job::json_len(payload) {
+        n if n > max => Err(ApiError::TooLarge {
+            field: Some("payload".into()),
+            detail: format!("payload: {n} bytes as JSON, more than {max}"),
+        }),
+        _ => Ok(()),
+    }
+}
+
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(req, state)
-            .await
-            .map_err(|e| ApiError::InvalidJson(format!("could not read the request body: {e}")))?;
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::TooLarge {
+                    field: None,
+                    detail: format!("the request body is larger than {MAX_BODY} bytes"),
+                }
+            } else {
+                ApiError::InvalidJson(format!("could not read the request body: {e}"))
+            }
+        })?;
         parse(&bytes).map(JsonBody)
     }
 }

@@ -58,9 +58,28 @@ pub enum ApiError {
     /// A strategy that failed when called (panicked, refused, answered garbage).
     #[error("{0}")]
     StrategyFailed(String),
+    /// A body, or a field in it, larger than the API takes.
+    #[error("{detail}")]
+    TooLarge {
+        field: Option<String>,
+        detail: String,
+    },
+    /// A request target (path and query) longer than the API takes.
+    #[error("the request URL is longer than {0} bytes")]
+    UriTooLong(usize),
+    /// The tenant creates faster than its rate allows; retry after this long.
+    #[error("{detail}")]
+    RateLimited { detail: String, retry_after_ms: u64 },
+    /// The tenant has as many jobs as its quota allows.
+    #[error("{0}")]
+    QuotaExceeded(String),
     #[error("{0}")]
     Internal(String),
 }
+
+/// What a client is told to wait after a refused create over the job quota: jobs complete and
+/// get deleted meanwhile, and nothing says when, so a minute.
+const QUOTA_RETRY_AFTER_S: u64 = 60;
 
 impl ApiError {
     pub fn field(field: impl Into<String>, detail: impl Into<String>) -> ApiError {
@@ -114,6 +133,22 @@ impl ApiError {
                 "strategy_failed",
                 "The strategy failed",
             ),
+            ApiError::TooLarge { .. } => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                "Content too large",
+            ),
+            ApiError::UriTooLong(_) => (StatusCode::URI_TOO_LONG, "uri_too_long", "URI too long"),
+            ApiError::RateLimited { .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                "Too many creates",
+            ),
+            ApiError::QuotaExceeded(_) => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "quota_exceeded",
+                "Job quota reached",
+            ),
             ApiError::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",
@@ -122,10 +157,22 @@ impl ApiError {
         }
     }
 
+    /// Seconds a client should wait before asking again (`Retry-After`), where that is known.
+    pub fn retry_after_s(&self) -> Option<u64> {
+        match self {
+            ApiError::RateLimited { retry_after_ms, .. } => {
+                Some(retry_after_ms.div_ceil(1000).max(1))
+            }
+            ApiError::QuotaExceeded(_) => Some(QUOTA_RETRY_AFTER_S),
+            _ => None,
+        }
+    }
+
     pub fn problem(&self) -> Problem {
         let (status, code, title) = self.parts();
         let field = match self {
             ApiError::InvalidField { field, .. } => Some(field.clone()),
+            ApiError::TooLarge { field, .. } => field.clone(),
             _ => None,
         };
         let detail = match &field {
@@ -159,6 +206,11 @@ impl From<RpcError> for ApiError {
             RpcErrorCode::IdempotencyKeyReused => ApiError::IdempotencyKeyReused,
             RpcErrorCode::Fenced | RpcErrorCode::NotOwner => ApiError::Unavailable(e.message),
             RpcErrorCode::Internal => ApiError::Internal(e.message),
+            RpcErrorCode::RateLimited => ApiError::RateLimited {
+                detail: e.message,
+                retry_after_ms: e.retry_after_ms.unwrap_or(1000),
+            },
+            RpcErrorCode::QuotaExceeded => ApiError::QuotaExceeded(e.message),
         }
     }
 }
@@ -199,12 +251,17 @@ impl IntoResponse for ApiError {
         let status =
             StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::to_vec(&problem).expect("problem serialises");
-        (
+        let mut resp = (
             status,
             [(header::CONTENT_TYPE, "application/problem+json")],
             body,
         )
-            .into_response()
+            .into_response();
+        if let Some(seconds) = self.retry_after_s() {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(seconds));
+        }
+        resp
     }
 }
 

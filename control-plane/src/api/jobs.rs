@@ -20,7 +20,7 @@ use crate::routing::mint_job_id;
 
 use super::{
     auth::Caller,
-    body::{JsonBody, Params, PathId},
+    body::{self, JsonBody, Params, PathId},
     error::ApiError,
     AppState, Problem,
 };
@@ -98,6 +98,7 @@ pub async fn create_job(
     spec.validate(Utc::now())
         .map_err(|e| ApiError::field(e.field, e.message))?;
     caller.may_create_in(&spec.tenant)?;
+    body::check_payload(&spec.payload)?;
     let key = match headers.get("idempotency-key") {
         Some(v) => Some(
             v.to_str()
@@ -256,6 +257,9 @@ pub async fn patch_job(
     PathId(id): PathId,
     JsonBody(patch): JsonBody<JobPatch>,
 ) -> Result<Json<Job>, ApiError> {
+    if let Some(payload) = &patch.payload {
+        body::check_payload(payload)?;
+    }
     Ok(Json(
         job_reply(
             job_call(

@@ -163,7 +163,18 @@ pub fn app(state: AppState) -> Router {
             auth::authenticate,
         ))
         .layer(axum::extract::DefaultBodyLimit::max(body::MAX_BODY))
+        .layer(middleware::from_fn(limit_uri))
         .with_state(state)
+}
+
+/// Refuses a request whose target (path and query) is longer than `body::MAX_URI`, before
+/// anything reads it.
+async fn limit_uri(req: Request, next: Next) -> Response {
+    let len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    if len > body::MAX_URI {
+        return axum::response::IntoResponse::into_response(ApiError::UriTooLong(body::MAX_URI));
+    }
+    next.run(req).await
 }
 
 /// Counts requests and their duration by route template (not by raw path: ids would explode the

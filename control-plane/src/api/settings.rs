@@ -2,12 +2,16 @@
 //! (a problem naming the field), written by compare-and-swap with a version one higher, and
 //! applied by every node and replica that watches the entry, without a restart.
 
-use axum::{body::Bytes, extract::State, Json};
+use axum::{extract::State, Json};
 use chronoshard_cluster::Error as ClusterError;
 use chronoshard_wire::settings::{Settings, VersionedSettings};
 use serde_json::Value;
 
-use super::{body, error::ApiError, AppState};
+use super::{
+    body::{self, JsonBody},
+    error::ApiError,
+    AppState,
+};
 
 /// The settings in force, with their version.
 #[utoipa::path(get, path = "/v1/settings", tag = "cluster",
@@ -29,9 +33,8 @@ pub async fn get_settings(
     security(("bearer" = [])))]
 pub async fn put_settings(
     State(state): State<AppState>,
-    bytes: Bytes,
+    JsonBody(mut changes): JsonBody<serde_json::Map<String, Value>>,
 ) -> Result<Json<VersionedSettings>, ApiError> {
-    let mut changes: serde_json::Map<String, Value> = body::parse(&bytes)?;
     let expected = match changes.remove("version") {
         None => None,
         Some(v) => Some(

@@ -338,6 +338,27 @@ impl FieldError {
 
 /// Tenant ids and queue names end up in NATS subjects and KV keys: keep them to a safe alphabet
 /// (`.` would split a subject token, so it is refused too).
+/// Largest `payload` of a job, as JSON: it travels in every ticket, and a ticket is one NATS
+/// message (1 MiB by default).
+pub const MAX_PAYLOAD_BYTES: usize = 256 << 10;
+
+/// The length of `v` as compact JSON, counted without building the text.
+pub fn json_len(v: &serde_json::Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    serde_json::to_writer(&mut c, v).expect("a JSON value serialises");
+    c.0
+}
+
 pub fn check_token(field: &str, value: &str, max: usize) -> Result<(), FieldError> {
     let ok = !value.is_empty()
         && value.len() <= max

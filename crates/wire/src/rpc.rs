@@ -147,6 +147,11 @@ pub enum RpcErrorCode {
     Fenced,
     NotOwner,
     Internal,
+    /// The tenant creates faster than `tenant_create_rate` allows; `retry_after_ms` says when
+    /// the next create fits.
+    RateLimited,
+    /// The tenant has `tenant_max_jobs` jobs that can still fire.
+    QuotaExceeded,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
@@ -156,6 +161,9 @@ pub struct RpcError {
     pub message: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+    /// For `RateLimited`: how long until the request would be taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
 }
 
 impl RpcError {
@@ -164,6 +172,7 @@ impl RpcError {
             code,
             message: message.into(),
             field: None,
+            retry_after_ms: None,
         }
     }
 }

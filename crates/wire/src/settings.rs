@@ -70,6 +70,37 @@ pub struct Settings {
     #[cfg_attr(feature = "clap", arg(long, default_value_t = Settings::DEFAULT.max_clock_offset))]
     #[schema(value_type = String, example = "500ms")]
     pub max_clock_offset: Dur,
+    /// Job creates each tenant may make per second, on average (0: no limit). Beyond it a
+    /// create is refused with 429 and `Retry-After`.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = Settings::DEFAULT.tenant_create_rate))]
+    #[serde(default = "defaults::tenant_create_rate")]
+    pub tenant_create_rate: u32,
+    /// Creates a tenant may make at once above its rate (the bucket's size).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = Settings::DEFAULT.tenant_create_burst))]
+    #[serde(default = "defaults::tenant_create_burst")]
+    pub tenant_create_burst: u32,
+    /// Jobs that can still fire (active or paused) each tenant may have (0: no limit). A create
+    /// beyond it is refused with 429.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = Settings::DEFAULT.tenant_max_jobs))]
+    #[serde(default = "defaults::tenant_max_jobs")]
+    pub tenant_max_jobs: u64,
+}
+
+/// Values of settings added after the first release, for entries written before them.
+mod defaults {
+    use super::Settings;
+
+    pub fn tenant_create_rate() -> u32 {
+        Settings::DEFAULT.tenant_create_rate
+    }
+
+    pub fn tenant_create_burst() -> u32 {
+        Settings::DEFAULT.tenant_create_burst
+    }
+
+    pub fn tenant_max_jobs() -> u64 {
+        Settings::DEFAULT.tenant_max_jobs
+    }
 }
 
 impl Settings {
@@ -86,6 +117,9 @@ impl Settings {
         max_moves: 4,
         rebalance: true,
         max_clock_offset: ms(500),
+        tenant_create_rate: 0,
+        tenant_create_burst: 100,
+        tenant_max_jobs: 0,
     };
 
     /// Checks every rule; the error names the first field that breaks one.
@@ -127,6 +161,9 @@ impl Settings {
         }
         if s.max_clock_offset < ms(1) {
             return err("max_clock_offset", "must be at least 1ms");
+        }
+        if !(1..=1_000_000).contains(&s.tenant_create_burst) {
+            return err("tenant_create_burst", "must be between 1 and 1000000");
         }
         Ok(())
     }
@@ -172,7 +209,7 @@ mod tests {
     #[test]
     fn each_rule_names_its_field() {
         type Change = fn(&mut Settings);
-        let cases: [(Change, &str); 10] = [
+        let cases: [(Change, &str); 11] = [
             (|s| s.heartbeat_every = ms(10), "heartbeat_every"),
             (|s| s.heartbeat_ttl = ms(900), "heartbeat_ttl"),
             (|s| s.leader_lease_ttl = ms(100), "leader_lease_ttl"),
@@ -183,12 +220,29 @@ mod tests {
             (|s| s.resend_after = ms(0), "resend_after"),
             (|s| s.max_moves = 0, "max_moves"),
             (|s| s.max_clock_offset = ms(0), "max_clock_offset"),
+            (|s| s.tenant_create_burst = 0, "tenant_create_burst"),
         ];
         for (change, field) in cases {
             let mut s = Settings::DEFAULT;
             change(&mut s);
             assert_eq!(s.validate().unwrap_err().field, field, "{s:?}");
         }
+    }
+
+    #[test]
+    fn an_entry_written_before_the_tenant_limits_reads_with_no_limits() {
+        let mut json = serde_json::to_value(Settings::DEFAULT).unwrap();
+        let fields = json.as_object_mut().unwrap();
+        for added in [
+            "tenant_create_rate",
+            "tenant_create_burst",
+            "tenant_max_jobs",
+        ] {
+            fields.remove(added).unwrap();
+        }
+        let read: Settings = serde_json::from_value(json).unwrap();
+        assert_eq!(read, Settings::DEFAULT);
+        assert_eq!((read.tenant_create_rate, read.tenant_max_jobs), (0, 0));
     }
 
     #[test]

@@ -10,6 +10,7 @@
 mod dispatcher;
 pub mod fair;
 mod fire;
+mod limits;
 mod load;
 mod ops;
 pub mod plan;
@@ -184,6 +185,8 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
     let mut shard = Shard {
         wheel: TimerWheel::new(now.max(0) as u64),
         in_wheel: HashMap::new(),
+        create_rate: limits::CreateRate::default(),
+        batch_jobs: HashMap::new(),
         loaded_until: None,
         paused: HashSet::new(),
         staged: HashMap::new(),
@@ -231,6 +234,11 @@ struct Shard {
     wheel_len: Arc<AtomicU64>,
     due: Vec<(u64, Timer)>,
     metrics: ShardMetrics,
+    /// Each tenant's create rate (`tenant_create_rate`).
+    create_rate: limits::CreateRate,
+    /// Jobs that can still fire, per tenant, counted for the create batch being written
+    /// (`tenant_max_jobs`); cleared per batch.
+    batch_jobs: HashMap<String, u64>,
 }
 
 /// This shard's metric handles, resolved once: the fire path must not format labels per fire.

@@ -418,6 +418,7 @@ impl Shard {
     /// Creates queued together, answered each: one transaction for all of them.
     pub(super) async fn create_batch(&mut self, batch: Vec<Create>) -> Result<(), ShardError> {
         let now = self.ctx.clock.now_ms();
+        self.batch_jobs.clear();
         let (requests, replies): (Vec<_>, Vec<_>) = batch
             .into_iter()
             .map(|c| ((c.job_id, c.spec, c.idempotency_key), c.reply))
@@ -433,8 +434,9 @@ impl Shard {
     }
 
     /// Validates and writes jobs; one reply per request, in order, and how the write went. An
-    /// invalid spec is answered without touching the store; the valid ones are written in one
-    /// transaction, and when it fails each of them is answered with its error.
+    /// invalid spec, or one over its tenant's create rate or job quota, is answered without
+    /// being written; the others are written in one transaction, and when it fails each of them
+    /// is answered with its error.
     async fn create_many(
         &mut self,
         requests: Vec<(Uuid, JobSpec, Option<String>)>,
@@ -466,6 +468,10 @@ impl Shard {
                 next_fire_at: first,
                 buffered_at: None,
             };
+            if let Some(refused) = self.over_limit(&row, key.as_deref(), now).await {
+                replies.push(Some(refused));
+                continue;
+            }
             replies.push(None);
             rows.push((i, row, key));
         }
@@ -535,6 +541,67 @@ impl Shard {
     }
 }
 
+impl Shard {
+    /// Why the create of `row` may not be written now (its tenant's create rate, then its job
+    /// quota), or None. A create that passes counts against both; the quota's count of the
+    /// tenant's jobs is read once per batch and kept up to date by the batch itself. A create
+    /// that repeats an earlier one (a retry, a reused idempotency key) is never refused: it is
+    /// answered with what the first one made.
+    async fn over_limit(
+        &mut self,
+        row: &JobRow,
+        key: Option<&str>,
+        now: i64,
+    ) -> Option<ShardReply> {
+        let refused = self.limit(&row.tenant, now).await?;
+        match self.store.repeats_a_create(row, key).await {
+            Ok(true) => None,
+            Ok(false) => Some(refused),
+            Err(e) => Some(error_reply(&ShardError::from(e))),
+        }
+    }
+
+    async fn limit(&mut self, tenant: &str, now: i64) -> Option<ShardReply> {
+        let s = self.ctx.settings.borrow().settings;
+        if let Err(wait_ms) =
+            self.create_rate
+                .admit(tenant, now, s.tenant_create_rate, s.tenant_create_burst)
+        {
+            return Some(ShardReply::Error(RpcError {
+                retry_after_ms: Some(wait_ms),
+                ..RpcError::new(
+                    RpcErrorCode::RateLimited,
+                    format!(
+                        "tenant {tenant:?} creates more than {} jobs per second",
+                        s.tenant_create_rate
+                    ),
+                )
+            }));
+        }
+        if s.tenant_max_jobs == 0 {
+            return None;
+        }
+        let held = match self.batch_jobs.get(tenant) {
+            Some(n) => *n,
+            None => match self.store.live_jobs(tenant).await {
+                Ok(n) => n,
+                Err(e) => return Some(error_reply(&ShardError::from(e))),
+            },
+        };
+        if held >= s.tenant_max_jobs {
+            return Some(ShardReply::Error(RpcError::new(
+                RpcErrorCode::QuotaExceeded,
+                format!(
+                    "tenant {tenant:?} has {held} jobs that can still fire, its quota is {}",
+                    s.tenant_max_jobs
+                ),
+            )));
+        }
+        self.batch_jobs.insert(tenant.to_string(), held + 1);
+        None
+    }
+}
+
 /// Every request's reply: the ones given, and `rest()` for the requests still unanswered.
 fn answered(
     replies: Vec<Option<ShardReply>>,
@@ -548,9 +615,8 @@ fn answered(
 
 fn invalid(fe: chronoshard_wire::job::FieldError) -> ShardReply {
     ShardReply::Error(RpcError {
-        code: RpcErrorCode::Validation,
-        message: fe.message,
         field: Some(fe.field),
+        ..RpcError::new(RpcErrorCode::Validation, fe.message)
     })
 }
 

@@ -145,6 +145,14 @@ impl Store {
         outcomes_of(&mut conn, jobs, inserted).await
     }
 
+    /// Whether a create of `job` repeats an earlier one (the same id, or the tenant's same
+    /// idempotency key): such a create is answered with what the first made, so no limit on new
+    /// creates applies to it.
+    pub async fn repeats_a_create(&self, job: &JobRow, key: Option<&str>) -> Result<bool> {
+        let mut conn = self.pool.acquire().await?;
+        Ok(earlier(&mut conn, job, key).await?.is_some())
+    }
+
     pub async fn get_job(&self, id: Uuid) -> Result<Option<JobRow>> {
         let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1");
         let row = sqlx::query(&sql)

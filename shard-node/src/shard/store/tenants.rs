@@ -80,4 +80,16 @@ impl Store {
             triggered: None,
         })
     }
+
+    /// The tenant's jobs that can still fire (active or paused): what `tenant_max_jobs` limits.
+    /// Read through the `jobs_tenant` index: it costs the tenant's jobs, which the quota bounds.
+    pub async fn live_jobs(&self, tenant: &str) -> Result<u64> {
+        let jobs: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM jobs WHERE tenant = $1 AND state IN ('active', 'paused')",
+        )
+        .bind(tenant)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(jobs as u64)
+    }
 }
