@@ -639,4 +639,17 @@ async fn flags_beat_variables_and_tokens_stay_secret(home: &Path, p: &Platform, 
     .ok();
     assert!(help.stdout.contains("CHRONOSHARD_TOKEN"), "{help:?}");
     assert!(!help.stdout.contains("env-secret"), "{help:?}");
+    // nor do the roles that read the same variable
+    for role in ["dev", "control-plane"] {
+        let help = run_in(
+            home,
+            &[("CHRONOSHARD_TOKEN", "env-secret")],
+            &[role, "--help"],
+            None,
+        )
+        .await
+        .ok();
+        assert!(help.stdout.contains("CHRONOSHARD_TOKEN"), "{help:?}");
+        assert!(!help.stdout.contains("env-secret"), "{role}: {help:?}");
+    }
 }
