@@ -32,8 +32,9 @@ pub struct ControlPlaneArgs {
     /// This replica's id (1-64 of A-Z a-z 0-9 _ -), unique among the replicas.
     #[arg(long)]
     pub id: String,
-    /// The admin bearer token (never printed by --dump-config). Give this or --token-file.
-    #[arg(long)]
+    /// The admin bearer token (never printed by --dump-config, nor by --help from its
+    /// variable). Give this or --token-file.
+    #[arg(long, hide_env_values = true)]
     #[serde(skip)]
     pub token: Option<String>,
     /// A file holding the admin bearer token.

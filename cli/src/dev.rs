@@ -42,7 +42,7 @@ pub struct DevArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(0..=64))]
     pub workers: u16,
     /// Admin token (default: generated once and kept in DATA/admin-token).
-    #[arg(long, env = "CHRONOSHARD_TOKEN")]
+    #[arg(long, env = "CHRONOSHARD_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// Shard count of a new data directory.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]

@@ -10,7 +10,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 #[command(
     name = "chronoshard",
     version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("CHRONOSHARD_COMMIT"), ")"),
-    about = "Sharded job scheduling platform"
+    about = "Sharded job scheduling platform: its roles, and a client of its REST API"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -31,6 +31,10 @@ enum Command {
     /// to it, in SQLite files under DATA/shards (the directory of `chronoshard dev --data DATA`)
     /// or in PostgreSQL. SIGTERM closes its shards and deregisters it; exit 0.
     ShardNode(chronoshard::node::ShardNodeArgs),
+    /// The client verbs (`jobs`, `runs`, `tickets`, `dlq`, `preview`, `shards`, `nodes`,
+    /// `workers`): calls of a platform's REST API; docs/cli.md.
+    #[command(flatten)]
+    Client(chronoshard::client::ClientCommand),
 }
 
 /// The production roles: configured by flags, variables and a file (`config`).
@@ -39,10 +43,15 @@ const ROLES: &[&str] = &["control-plane", "shard-node", "worker"];
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = parse()?;
-    chronoshard_telemetry::init_logging(
-        std::env::var("CHRONOSHARD_LOG_JSON").is_ok_and(|v| v == "1"),
-    );
+    // A client verb logs nothing: stdout is its output.
+    if !matches!(cli.command, Command::Client(_)) {
+        chronoshard_telemetry::init_logging(
+            std::env::var("CHRONOSHARD_LOG_JSON").is_ok_and(|v| v == "1"),
+        );
+    }
     match cli.command {
+        // Its own exit codes (docs/cli.md), its errors already printed.
+        Command::Client(verb) => std::process::exit(chronoshard::client::run(verb).await.into()),
         Command::Dev(args) => {
             let opts = args.options()?;
             let data = opts.data.clone();

@@ -1,0 +1,325 @@
+//! The client verbs: their command line (clap derive) and one function per resource, each one
+//! call of the REST API (paths and query parameters as in openapi/openapi.json) whose answer is
+//! printed by `output`.
+//!
+//! Adding a resource, e.g. `tokens list|create|revoke`: a `Tokens` variant of [`ClientCommand`]
+//! holding `ApiArgs` and a `TokensVerb` subcommand enum, a `tokens` function here matching on
+//! the verb, and its table in `output`.
+
+use clap::{Args, Subcommand};
+use reqwest::Method;
+use serde_json::Value;
+
+use super::{
+    jobs::CreateArgs,
+    output::{self, next_page_hint, print, Format},
+    ApiArgs, ClientError,
+};
+
+/// The client verbs, beside the platform's roles in `chronoshard`'s subcommands.
+#[derive(Subcommand, Debug)]
+pub enum ClientCommand {
+    /// Jobs: create, list, get, pause, resume, trigger, delete.
+    Jobs(Jobs),
+    /// A job's runs (its occurrences), newest first; the next one shows as `scheduled`.
+    Runs(Runs),
+    /// Tickets: one run's execution, with its attempts.
+    Tickets(Tickets),
+    /// Dead letters (tickets whose attempts ran out): list, replay.
+    Dlq(Dlq),
+    /// The next fire times of a cron or interval schedule, as shards compute them.
+    Preview(Preview),
+    /// The shard map: each shard's owner and epoch.
+    Shards(Plain),
+    /// The shard nodes: status, shards, load, heartbeat.
+    Nodes(Plain),
+    /// The live workers: queues, tickets in flight, heartbeat.
+    Workers(Plain),
+}
+
+/// A verb with no arguments of its own.
+#[derive(Args, Debug)]
+pub struct Plain {
+    #[command(flatten)]
+    api: ApiArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct Jobs {
+    #[command(flatten)]
+    api: ApiArgs,
+    #[command(subcommand)]
+    verb: JobsVerb,
+}
+
+#[derive(Subcommand, Debug)]
+enum JobsVerb {
+    /// Create a job from a JSON or TOML file (`--file`), flags, or both (flags override).
+    Create(Box<CreateArgs>),
+    /// List jobs, oldest first, a page at a time.
+    List(ListJobs),
+    /// Show a job.
+    Get(JobId),
+    /// Pause a job: no occurrences until it is resumed.
+    Pause(JobId),
+    /// Resume a paused job from its next occurrence after now.
+    Resume(JobId),
+    /// Fire a job now, outside its schedule.
+    Trigger(JobId),
+    /// Delete a job: future occurrences are cancelled; its history stays readable.
+    Delete(JobId),
+}
+
+#[derive(Args, Debug)]
+struct JobId {
+    /// The job's id.
+    id: String,
+}
+
+#[derive(Args, Debug)]
+struct ListJobs {
+    /// Only this tenant's jobs.
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Jobs per page, 1-500 (the API's default: 50).
+    #[arg(long)]
+    limit: Option<u32>,
+    /// The page after this cursor (printed after a full page, `next_cursor` in JSON).
+    #[arg(long)]
+    cursor: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct Runs {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// The job's id.
+    job: String,
+    /// Runs per page, 1-500 (the API's default: 50).
+    #[arg(long)]
+    limit: Option<u32>,
+    /// Only runs scheduled before this instant, RFC 3339 (printed after a full page,
+    /// `next_before` in JSON).
+    #[arg(long, value_name = "RFC3339")]
+    before: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct Tickets {
+    #[command(flatten)]
+    api: ApiArgs,
+    #[command(subcommand)]
+    verb: TicketsVerb,
+}
+
+#[derive(Subcommand, Debug)]
+enum TicketsVerb {
+    /// Show a ticket: its job, queue, status, trace id and every attempt.
+    Get(TicketId),
+}
+
+#[derive(Args, Debug)]
+struct TicketId {
+    /// The ticket's id.
+    id: String,
+}
+
+#[derive(Args, Debug)]
+pub struct Dlq {
+    #[command(flatten)]
+    api: ApiArgs,
+    #[command(subcommand)]
+    verb: DlqVerb,
+}
+
+#[derive(Subcommand, Debug)]
+enum DlqVerb {
+    /// List dead letters, newest first, a page at a time.
+    List(ListDlq),
+    /// Replay a dead letter: its next attempt runs now, with the job's retries afresh.
+    Replay(TicketId),
+}
+
+#[derive(Args, Debug)]
+struct ListDlq {
+    /// Only this tenant's dead letters.
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Dead letters per page, 1-500 (the API's default: 50).
+    #[arg(long)]
+    limit: Option<u32>,
+    /// The page after this cursor (printed after a full page, `next_cursor` in JSON).
+    #[arg(long)]
+    cursor: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct Preview {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// Cron expression (5 or 6 fields).
+    #[arg(long, value_name = "EXPR", required_unless_present = "every")]
+    cron: Option<String>,
+    /// IANA time zone of the cron expression (default UTC).
+    #[arg(long, value_name = "ZONE", visible_alias = "timezone")]
+    tz: Option<String>,
+    /// Interval, such as `30s`.
+    #[arg(long, value_name = "DURATION", conflicts_with = "cron")]
+    every: Option<String>,
+    /// Anchor of `--every` (default: `--after`).
+    #[arg(long, value_name = "RFC3339")]
+    start_at: Option<String>,
+    /// `--every` fires only before this instant.
+    #[arg(long, value_name = "RFC3339")]
+    end_at: Option<String>,
+    /// Fire times after this instant (default: now).
+    #[arg(long, value_name = "RFC3339")]
+    after: Option<String>,
+    /// How many fire times, 1-1000 (the API's default: 10).
+    #[arg(long)]
+    count: Option<u32>,
+}
+
+/// Runs one verb.
+pub async fn run(command: ClientCommand) -> Result<(), ClientError> {
+    match command {
+        ClientCommand::Jobs(j) => jobs(&j.api, j.verb).await,
+        ClientCommand::Runs(r) => runs(r).await,
+        ClientCommand::Tickets(t) => match t.verb {
+            TicketsVerb::Get(id) => {
+                let ticket = t.api.client()?.get(&["v1", "tickets", &id.id], &[]).await?;
+                print(t.api.output, &ticket, output::ticket)
+            }
+        },
+        ClientCommand::Dlq(d) => dlq(&d.api, d.verb).await,
+        ClientCommand::Preview(p) => preview(p).await,
+        ClientCommand::Shards(p) => show(&p.api, "shards", output::shards).await,
+        ClientCommand::Nodes(p) => show(&p.api, "nodes", output::nodes).await,
+        ClientCommand::Workers(p) => show(&p.api, "workers", output::workers).await,
+    }
+}
+
+/// `GET /v1/{resource}`, printed.
+async fn show(
+    api: &ApiArgs,
+    resource: &str,
+    table: fn(&Value) -> String,
+) -> Result<(), ClientError> {
+    let value = api.client()?.get(&["v1", resource], &[]).await?;
+    print(api.output, &value, table)
+}
+
+async fn jobs(api: &ApiArgs, verb: JobsVerb) -> Result<(), ClientError> {
+    let client = api.client()?;
+    let format = api.output;
+    match verb {
+        JobsVerb::Create(args) => {
+            let body = args.body()?;
+            let reply = client
+                .call(
+                    Method::POST,
+                    &["v1", "jobs"],
+                    &[],
+                    Some(&body),
+                    args.idempotency_key.as_deref(),
+                )
+                .await?;
+            if reply.status == 200 && format == Format::Table {
+                eprintln!("an earlier create with this idempotency key created this job");
+            }
+            print(format, &reply.body, output::job)
+        }
+        JobsVerb::List(l) => {
+            let query = [
+                ("tenant", l.tenant),
+                ("cursor", l.cursor),
+                ("limit", l.limit.map(|n| n.to_string())),
+            ];
+            let page = client.get(&["v1", "jobs"], &query).await?;
+            print(format, &page, output::jobs)?;
+            next_page_hint(format, &page, "next_cursor", "--cursor");
+            Ok(())
+        }
+        JobsVerb::Get(j) => print(
+            format,
+            &client.get(&["v1", "jobs", &j.id], &[]).await?,
+            output::job,
+        ),
+        JobsVerb::Pause(j) => {
+            let job = client.post(&["v1", "jobs", &j.id, "pause"]).await?;
+            print(format, &job.body, output::job)
+        }
+        JobsVerb::Resume(j) => {
+            let job = client.post(&["v1", "jobs", &j.id, "resume"]).await?;
+            print(format, &job.body, output::job)
+        }
+        JobsVerb::Trigger(j) => {
+            let run = client.post(&["v1", "jobs", &j.id, "trigger"]).await?;
+            print(format, &run.body, output::run)
+        }
+        JobsVerb::Delete(j) => {
+            client
+                .call(Method::DELETE, &["v1", "jobs", &j.id], &[], None, None)
+                .await?;
+            match format {
+                Format::Table => output::write(&format!("deleted job {}\n", j.id)),
+                // 204: the API answers no JSON, so there is none to print.
+                Format::Json => Ok(()),
+            }
+        }
+    }
+}
+
+async fn runs(r: Runs) -> Result<(), ClientError> {
+    let query = [
+        ("before", r.before),
+        ("limit", r.limit.map(|n| n.to_string())),
+    ];
+    let page = r
+        .api
+        .client()?
+        .get(&["v1", "jobs", &r.job, "runs"], &query)
+        .await?;
+    print(r.api.output, &page, output::runs)?;
+    next_page_hint(r.api.output, &page, "next_before", "--before");
+    Ok(())
+}
+
+async fn dlq(api: &ApiArgs, verb: DlqVerb) -> Result<(), ClientError> {
+    let client = api.client()?;
+    match verb {
+        DlqVerb::List(l) => {
+            let query = [
+                ("tenant", l.tenant),
+                ("cursor", l.cursor),
+                ("limit", l.limit.map(|n| n.to_string())),
+            ];
+            let page = client.get(&["v1", "dlq"], &query).await?;
+            print(api.output, &page, output::dead_letters)?;
+            next_page_hint(api.output, &page, "next_cursor", "--cursor");
+            Ok(())
+        }
+        DlqVerb::Replay(t) => {
+            let ticket = client.post(&["v1", "dlq", &t.id, "replay"]).await?.body;
+            print(api.output, &ticket, output::ticket)
+        }
+    }
+}
+
+async fn preview(p: Preview) -> Result<(), ClientError> {
+    let query = [
+        ("cron", p.cron),
+        ("timezone", p.tz),
+        ("every", p.every),
+        ("start_at", p.start_at),
+        ("end_at", p.end_at),
+        ("after", p.after),
+        ("count", p.count.map(|n| n.to_string())),
+    ];
+    let value = p
+        .api
+        .client()?
+        .get(&["v1", "schedule", "preview"], &query)
+        .await?;
+    print(p.api.output, &value, output::preview)
+}
