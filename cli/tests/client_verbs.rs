@@ -359,7 +359,67 @@ async fn dead_letters_preview_and_the_cluster_views() {
     dead_letters_listed_and_replayed(&cli).await;
     preview(&cli).await;
     cluster_views(&cli).await;
+    tokens(&cli).await;
     p.stop().await.unwrap();
+}
+
+/// A tenant token made, listed, used and revoked with the verbs.
+async fn tokens(cli: &Cli<'_>) {
+    let made = cli
+        .json(&["tokens", "create", "--tenant", "acme", "--name", "acme ci"])
+        .await;
+    let token = made["token"].as_str().unwrap().to_string();
+    let id = made["id"].as_str().unwrap().to_string();
+    assert_eq!(made["tenant"], "acme", "{made}");
+    let usage = cli.run(&["tokens", "create"]).await;
+    assert_eq!(usage.code, 2, "{usage:?}");
+    assert!(usage.stderr.contains("--tenant"), "{usage:?}");
+    cli.run(&["tokens", "create", "--tenant", "a b"])
+        .await
+        .failed(2, "error: 400 invalid_field");
+    let table = cli.run(&["tokens", "list"]).await.ok();
+    assert!(
+        table.stdout.starts_with("ID") && table.stdout.contains("acme ci"),
+        "{table:?}"
+    );
+    assert!(!table.stdout.contains(&token), "never the token: {table:?}");
+
+    // As acme: its jobs, and no cluster view.
+    let as_acme = Cli {
+        p: cli.p,
+        home: tempfile::tempdir().unwrap(),
+    };
+    let as_acme = |args: &'static [&'static str]| {
+        let (url, token, home) = (
+            cli.p.url.clone(),
+            token.clone(),
+            as_acme.home.path().to_path_buf(),
+        );
+        async move {
+            let mut all = args.to_vec();
+            all.extend(["--url", &url, "--token", &token]);
+            run_in(&home, &[], &all, None).await
+        }
+    };
+    let listed = as_acme(&["jobs", "list", "-o", "json"]).await.ok().json();
+    assert!(
+        listed["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|j| j["tenant"] == "acme"),
+        "{listed}"
+    );
+    as_acme(&["nodes"]).await.failed(5, "error: 403 forbidden");
+
+    let revoked = cli.run(&["tokens", "revoke", &id]).await.ok();
+    assert_eq!(revoked.stdout, format!("revoked token {id}\n"));
+    as_acme(&["jobs", "list"])
+        .await
+        .failed(5, "error: 401 unauthorized");
+    cli.run(&["tokens", "revoke", &id])
+        .await
+        .failed(3, "error: 404 not_found");
 }
 
 /// A job whose only attempt fails is a dead letter; replayed against the fixed target, it

@@ -2,9 +2,8 @@
 //! call of the REST API (paths and query parameters as in openapi/openapi.json) whose answer is
 //! printed by `output`.
 //!
-//! Adding a resource, e.g. `tokens list|create|revoke`: a `Tokens` variant of [`ClientCommand`]
-//! holding `ApiArgs` and a `TokensVerb` subcommand enum, a `tokens` function here matching on
-//! the verb, and its table in `output`.
+//! Adding a resource: a variant of [`ClientCommand`] holding `ApiArgs` and a subcommand enum of
+//! its verbs, a function here matching on the verb, and its table in `output`.
 
 use clap::{Args, Subcommand};
 use reqwest::Method;
@@ -35,6 +34,47 @@ pub enum ClientCommand {
     Nodes(Plain),
     /// The live workers: queues, tickets in flight, heartbeat.
     Workers(Plain),
+    /// API tokens for one tenant or an admin: list, create (the token is shown once), revoke.
+    Tokens(Tokens),
+}
+
+#[derive(Args, Debug)]
+pub struct Tokens {
+    #[command(flatten)]
+    api: ApiArgs,
+    #[command(subcommand)]
+    verb: TokensVerb,
+}
+
+#[derive(Subcommand, Debug)]
+enum TokensVerb {
+    /// List the tokens (never their secrets), oldest first.
+    List {
+        /// Only this tenant's tokens.
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Create a token for one tenant (`--tenant`) or an admin (`--admin`); prints the token,
+    /// which is shown this once.
+    Create {
+        /// The tenant whose jobs the token reaches.
+        #[arg(long, required_unless_present = "admin", conflicts_with = "admin")]
+        tenant: Option<String>,
+        /// An admin token: every endpoint, every tenant.
+        #[arg(long)]
+        admin: bool,
+        /// What the token is for, shown in the list.
+        #[arg(long)]
+        name: Option<String>,
+        /// When the token stops working (RFC 3339).
+        #[arg(long, value_name = "RFC3339")]
+        expires_at: Option<String>,
+    },
+    /// Revoke a token by its id: it stops working on every control-plane replica.
+    Revoke {
+        /// The token's id (from `tokens list`), not the token itself.
+        id: String,
+    },
 }
 
 /// A verb with no arguments of its own.
@@ -196,6 +236,51 @@ pub async fn run(command: ClientCommand) -> Result<(), ClientError> {
         ClientCommand::Shards(p) => show(&p.api, "shards", output::shards).await,
         ClientCommand::Nodes(p) => show(&p.api, "nodes", output::nodes).await,
         ClientCommand::Workers(p) => show(&p.api, "workers", output::workers).await,
+        ClientCommand::Tokens(t) => tokens(&t.api, t.verb).await,
+    }
+}
+
+async fn tokens(api: &ApiArgs, verb: TokensVerb) -> Result<(), ClientError> {
+    let client = api.client()?;
+    match verb {
+        TokensVerb::List { tenant } => {
+            let list = client.get(&["v1", "tokens"], &[("tenant", tenant)]).await?;
+            print(api.output, &list, output::tokens)
+        }
+        TokensVerb::Create {
+            tenant,
+            admin,
+            name,
+            expires_at,
+        } => {
+            let mut body = serde_json::Map::new();
+            if let Some(t) = tenant {
+                body.insert("tenant".into(), t.into());
+            }
+            if admin {
+                body.insert("admin".into(), true.into());
+            }
+            if let Some(n) = name {
+                body.insert("name".into(), n.into());
+            }
+            if let Some(at) = expires_at {
+                body.insert("expires_at".into(), at.into());
+            }
+            let body = Value::Object(body);
+            let reply = client
+                .call(Method::POST, &["v1", "tokens"], &[], Some(&body), None)
+                .await?;
+            print(api.output, &reply.body, output::created_token)
+        }
+        TokensVerb::Revoke { id } => {
+            client
+                .call(Method::DELETE, &["v1", "tokens", &id], &[], None, None)
+                .await?;
+            match api.output {
+                Format::Table => output::write(&format!("revoked token {id}\n")),
+                Format::Json => Ok(()),
+            }
+        }
     }
 }
 

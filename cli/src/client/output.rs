@@ -407,6 +407,35 @@ pub fn workers(v: &Value) -> String {
     t.render()
 }
 
+/// `GET /v1/tokens`: ids, tenants, names and times; the API never sends a secret.
+pub fn tokens(v: &Value) -> String {
+    let mut t = Table::new(&["ID", "TENANT", "NAME", "CREATED", "EXPIRES"]);
+    for k in v["tokens"].as_array().into_iter().flatten() {
+        let tenant = if k["admin"] == true {
+            "(admin)".to_string()
+        } else {
+            cell(&k["tenant"])
+        };
+        t.row(vec![
+            cell(&k["id"]),
+            tenant,
+            cell(&k["name"]),
+            cell(&k["created_at"]),
+            cell(&k["expires_at"]),
+        ]);
+    }
+    t.render()
+}
+
+/// `POST /v1/tokens`: the token on its own line first (what a script keeps), then its record.
+pub fn created_token(v: &Value) -> String {
+    let listed = tokens(&serde_json::json!({ "tokens": [v] }));
+    format!(
+        "{}\n\nshown this once: keep it now\n{listed}",
+        cell(&v["token"])
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
