@@ -97,7 +97,7 @@ enum JobsVerb {
     /// Create a job from a JSON or TOML file (`--file`), flags, or both (flags override).
     Create(Box<CreateArgs>),
     /// List jobs, oldest first, a page at a time.
-    List(ListJobs),
+    List(TenantPage),
     /// Show a job.
     Get(JobId),
     /// Pause a job: no occurrences until it is resumed.
@@ -116,17 +116,38 @@ struct JobId {
     id: String,
 }
 
+/// A page of a listing that can be limited to one tenant (jobs, dead letters).
 #[derive(Args, Debug)]
-struct ListJobs {
-    /// Only this tenant's jobs.
+struct TenantPage {
+    /// Only this tenant's.
     #[arg(long)]
     tenant: Option<String>,
-    /// Jobs per page, 1-500 (the API's default: 50).
+    /// Items per page, 1-500 (the API's default: 50).
     #[arg(long)]
     limit: Option<u32>,
     /// The page after this cursor (printed after a full page, `next_cursor` in JSON).
     #[arg(long)]
     cursor: Option<String>,
+}
+
+impl TenantPage {
+    /// `GET /v1/{resource}` of this page, printed, with the next page's hint.
+    async fn show(
+        self,
+        api: &ApiArgs,
+        resource: &str,
+        table: fn(&Value) -> String,
+    ) -> Result<(), ClientError> {
+        let query = [
+            ("tenant", self.tenant),
+            ("cursor", self.cursor),
+            ("limit", self.limit.map(|n| n.to_string())),
+        ];
+        let page = api.client()?.get(&["v1", resource], &query).await?;
+        print(api.output, &page, table)?;
+        next_page_hint(api.output, &page, "next_cursor", "--cursor");
+        Ok(())
+    }
 }
 
 #[derive(Args, Debug)]
@@ -175,22 +196,9 @@ pub struct Dlq {
 #[derive(Subcommand, Debug)]
 enum DlqVerb {
     /// List dead letters, newest first, a page at a time.
-    List(ListDlq),
+    List(TenantPage),
     /// Replay a dead letter: its next attempt runs now, with the job's retries afresh.
     Replay(TicketId),
-}
-
-#[derive(Args, Debug)]
-struct ListDlq {
-    /// Only this tenant's dead letters.
-    #[arg(long)]
-    tenant: Option<String>,
-    /// Dead letters per page, 1-500 (the API's default: 50).
-    #[arg(long)]
-    limit: Option<u32>,
-    /// The page after this cursor (printed after a full page, `next_cursor` in JSON).
-    #[arg(long)]
-    cursor: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -314,17 +322,7 @@ async fn jobs(api: &ApiArgs, verb: JobsVerb) -> Result<(), ClientError> {
             }
             print(format, &reply.body, output::job)
         }
-        JobsVerb::List(l) => {
-            let query = [
-                ("tenant", l.tenant),
-                ("cursor", l.cursor),
-                ("limit", l.limit.map(|n| n.to_string())),
-            ];
-            let page = client.get(&["v1", "jobs"], &query).await?;
-            print(format, &page, output::jobs)?;
-            next_page_hint(format, &page, "next_cursor", "--cursor");
-            Ok(())
-        }
+        JobsVerb::List(page) => page.show(api, "jobs", output::jobs).await,
         JobsVerb::Get(j) => print(
             format,
             &client.get(&["v1", "jobs", &j.id], &[]).await?,
@@ -373,17 +371,7 @@ async fn runs(r: Runs) -> Result<(), ClientError> {
 async fn dlq(api: &ApiArgs, verb: DlqVerb) -> Result<(), ClientError> {
     let client = api.client()?;
     match verb {
-        DlqVerb::List(l) => {
-            let query = [
-                ("tenant", l.tenant),
-                ("cursor", l.cursor),
-                ("limit", l.limit.map(|n| n.to_string())),
-            ];
-            let page = client.get(&["v1", "dlq"], &query).await?;
-            print(api.output, &page, output::dead_letters)?;
-            next_page_hint(api.output, &page, "next_cursor", "--cursor");
-            Ok(())
-        }
+        DlqVerb::List(page) => page.show(api, "dlq", output::dead_letters).await,
         DlqVerb::Replay(t) => {
             let ticket = client.post(&["v1", "dlq", &t.id, "replay"]).await?.body;
             print(api.output, &ticket, output::ticket)
