@@ -49,11 +49,16 @@ const TENANT_PATHS: &[&str] = &[
     "/v1/schedule/",
 ];
 
+/// Whether a tenant token may use `path` (a request's, or a route's template).
+pub fn tenant_may_use(path: &str) -> bool {
+    TENANT_PATHS.iter().any(|p| path.starts_with(p))
+}
+
 impl Caller {
     fn may_use(&self, path: &str) -> bool {
         match self {
             Caller::Admin => true,
-            Caller::Tenant(_) => TENANT_PATHS.iter().any(|p| path.starts_with(p)),
+            Caller::Tenant(_) => tenant_may_use(path),
         }
     }
 

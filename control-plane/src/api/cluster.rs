@@ -211,8 +211,7 @@ async fn node(state: &AppState, id: &str) -> Result<NodeView, ApiError> {
 /// the node as it is now.
 #[utoipa::path(post, path = "/v1/nodes/{node_id}/drain", tag = "cluster",
     params(("node_id" = String, Path, description = "the node's id")),
-    responses((status = 202, body = NodeView),
-              (status = 404, description = "no such node in the registry", body = super::Problem)),
+    responses((status = 202, body = NodeView)),
     security(("bearer" = [])))]
 pub async fn drain_node(
     State(state): State<AppState>,
@@ -230,8 +229,7 @@ pub async fn drain_node(
 /// Returns a drained (or draining) node to service: it takes shards again.
 #[utoipa::path(post, path = "/v1/nodes/{node_id}/undrain", tag = "cluster",
     params(("node_id" = String, Path, description = "the node's id")),
-    responses((status = 200, body = NodeView),
-              (status = 404, description = "no such node in the registry", body = super::Problem)),
+    responses((status = 200, body = NodeView)),
     security(("bearer" = [])))]
 pub async fn undrain_node(
     State(state): State<AppState>,

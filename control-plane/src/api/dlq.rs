@@ -14,7 +14,7 @@ use super::{
     body::{Params, PathId},
     error::ApiError,
     jobs::{find_ticket, limit, tenant_or_all},
-    AppState, Problem,
+    AppState,
 };
 
 /// A page of dead letters, newest first.
@@ -27,13 +27,16 @@ pub struct DeadLetterPage {
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct DlqQuery {
     /// Only this tenant's dead letters.
+    #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pub tenant: Option<String>,
     /// `next_cursor` of the previous page.
     pub cursor: Option<String>,
     /// 1–500, default 50.
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u32>,
 }
 
@@ -53,7 +56,7 @@ fn cursor_of(d: &DeadLetter) -> String {
 
 /// Dead letters: tickets whose last allowed attempt failed, newest first.
 #[utoipa::path(get, path = "/v1/dlq", tag = "dlq", params(DlqQuery),
-    responses((status = 200, body = DeadLetterPage), (status = 400, body = Problem, content_type = "application/problem+json")),
+    responses((status = 200, body = DeadLetterPage)),
     security(("bearer" = [])))]
 pub async fn list_dead_letters(
     State(state): State<AppState>,
@@ -91,8 +94,7 @@ pub async fn list_dead_letters(
 
 /// Replay a dead letter: its next attempt is published now, with the job's retry budget afresh.
 #[utoipa::path(post, path = "/v1/dlq/{ticket_id}/replay", tag = "dlq", params(("ticket_id" = Uuid, Path)),
-    responses((status = 202, body = TicketView), (status = 404, body = Problem, content_type = "application/problem+json"),
-              (status = 409, body = Problem, content_type = "application/problem+json")),
+    responses((status = 202, body = TicketView)),
     security(("bearer" = [])))]
 pub async fn replay(
     State(state): State<AppState>,

@@ -26,6 +26,185 @@ pub struct Problem {
     pub field: Option<String>,
 }
 
+/// One row of the error table: an answer's status, stable code and title, and which operations
+/// can give it. The OpenAPI document's error responses are made from these rows (`spec`), so a
+/// route's annotation lists only its successes.
+#[derive(Debug)]
+pub struct Kind {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub title: &'static str,
+    /// For the OpenAPI document: when this answer can come.
+    pub when: &'static str,
+    pub applies: Applies,
+}
+
+/// Which operations can give an error.
+#[derive(Debug)]
+pub enum Applies {
+    /// Every `/v1` operation.
+    EveryV1,
+    /// Every operation that reads a body, a query or a path parameter.
+    WithInput,
+    /// Every operation that reads a body.
+    WithBody,
+    /// Every operation with a path parameter, or a `tenant` filter a tenant token may not use.
+    WithIdOrTenant,
+    /// Every operation a tenant token may not use, and these.
+    AdminOnlyAnd(&'static [&'static str]),
+    /// These operations (by operation id).
+    Only(&'static [&'static str]),
+}
+
+/// The rows of the error table, one constant per code.
+pub mod kinds {
+    use super::{Applies::*, Kind, StatusCode};
+
+    pub const INVALID_JSON: Kind = Kind {
+        status: StatusCode::BAD_REQUEST,
+        code: "invalid_json",
+        title: "Request body is not valid JSON",
+        when: "the body is not JSON",
+        applies: WithBody,
+    };
+    pub const INVALID_FIELD: Kind = Kind {
+        status: StatusCode::BAD_REQUEST,
+        code: "invalid_field",
+        title: "A field is invalid",
+        when: "a field or parameter is missing, unknown, of the wrong type or invalid; `field` names it",
+        applies: WithInput,
+    };
+    pub const UNAUTHORIZED: Kind = Kind {
+        status: StatusCode::UNAUTHORIZED,
+        code: "unauthorized",
+        title: "Unauthorized",
+        when: "no, a wrong, a revoked or an expired bearer token",
+        applies: EveryV1,
+    };
+    pub const FORBIDDEN: Kind = Kind {
+        status: StatusCode::FORBIDDEN,
+        code: "forbidden",
+        title: "Forbidden",
+        when: "a tenant token on an admin endpoint, or creating a job of another tenant",
+        applies: AdminOnlyAnd(&["create_job"]),
+    };
+    pub const NOT_FOUND: Kind = Kind {
+        status: StatusCode::NOT_FOUND,
+        code: "not_found",
+        title: "Not found",
+        when: "no such resource (to a tenant token: also another tenant's)",
+        applies: WithIdOrTenant,
+    };
+    pub const CONFLICT: Kind = Kind {
+        status: StatusCode::CONFLICT,
+        code: "conflict",
+        title: "Conflict",
+        when: "the change does not fit the current state",
+        applies: Only(&[
+            "patch_job",
+            "delete_job",
+            "pause_job",
+            "resume_job",
+            "trigger_job",
+            "replay",
+            "trigger_tenant",
+            "put_settings",
+            "load_plugin",
+            "put_strategy",
+        ]),
+    };
+    pub const IDEMPOTENCY_KEY_REUSED: Kind = Kind {
+        status: StatusCode::UNPROCESSABLE_ENTITY,
+        code: "idempotency_key_reused",
+        title: "Idempotency-Key reused",
+        when: "the tenant used this Idempotency-Key for a different job",
+        applies: Only(&["create_job"]),
+    };
+    pub const UNAVAILABLE: Kind = Kind {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        code: "unavailable",
+        title: "Service unavailable",
+        when: "a shard's owner or the cluster state could not be reached; retry",
+        applies: EveryV1,
+    };
+    pub const PLUGIN_UNUSABLE: Kind = Kind {
+        status: StatusCode::UNPROCESSABLE_ENTITY,
+        code: "plugin_unusable",
+        title: "The plugin file cannot be used",
+        when: "the file is not a usable strategy plugin",
+        applies: Only(&["load_plugin"]),
+    };
+    pub const STRATEGY_DISABLED: Kind = Kind {
+        status: StatusCode::CONFLICT,
+        code: "strategy_disabled",
+        title: "The strategy is disabled",
+        when: "the strategy missed a deadline and was disabled",
+        applies: Only(&["put_strategy"]),
+    };
+    pub const STRATEGY_FAILED: Kind = Kind {
+        status: StatusCode::UNPROCESSABLE_ENTITY,
+        code: "strategy_failed",
+        title: "The strategy failed",
+        when: "the strategy fails on the cluster as it is",
+        applies: Only(&["put_strategy"]),
+    };
+    pub const TOO_LARGE: Kind = Kind {
+        status: StatusCode::PAYLOAD_TOO_LARGE,
+        code: "too_large",
+        title: "Content too large",
+        when: "the body, or a job's payload, is larger than the API takes",
+        applies: WithBody,
+    };
+    pub const URI_TOO_LONG: Kind = Kind {
+        status: StatusCode::URI_TOO_LONG,
+        code: "uri_too_long",
+        title: "URI too long",
+        when: "the request URL is longer than 8 KiB",
+        applies: EveryV1,
+    };
+    pub const RATE_LIMITED: Kind = Kind {
+        status: StatusCode::TOO_MANY_REQUESTS,
+        code: "rate_limited",
+        title: "Too many creates",
+        when: "the tenant creates faster than its rate; `Retry-After` says when one fits",
+        applies: Only(&["create_job"]),
+    };
+    pub const QUOTA_EXCEEDED: Kind = Kind {
+        status: StatusCode::TOO_MANY_REQUESTS,
+        code: "quota_exceeded",
+        title: "Job quota reached",
+        when: "the tenant has as many jobs as its quota allows",
+        applies: Only(&["create_job"]),
+    };
+    pub const INTERNAL: Kind = Kind {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        code: "internal",
+        title: "Internal error",
+        when: "a bug or a broken shard database",
+        applies: EveryV1,
+    };
+
+    /// Every row, in status order.
+    pub const ALL: &[&Kind] = &[
+        &INVALID_JSON,
+        &INVALID_FIELD,
+        &UNAUTHORIZED,
+        &FORBIDDEN,
+        &NOT_FOUND,
+        &CONFLICT,
+        &STRATEGY_DISABLED,
+        &TOO_LARGE,
+        &URI_TOO_LONG,
+        &IDEMPOTENCY_KEY_REUSED,
+        &PLUGIN_UNUSABLE,
+        &STRATEGY_FAILED,
+        &RATE_LIMITED,
+        &QUOTA_EXCEEDED,
+        &INTERNAL,
+        &UNAVAILABLE,
+    ];
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("{0}")]
@@ -89,72 +268,33 @@ impl ApiError {
         }
     }
 
-    /// (status, code, title) — the single table of the API's error answers.
-    pub fn parts(&self) -> (StatusCode, &'static str, &'static str) {
+    /// The kind of answer this error is: its row of the error table.
+    pub fn kind(&self) -> &'static Kind {
+        use kinds::*;
         match self {
-            ApiError::InvalidJson(_) => (
-                StatusCode::BAD_REQUEST,
-                "invalid_json",
-                "Request body is not valid JSON",
-            ),
-            ApiError::InvalidField { .. } => (
-                StatusCode::BAD_REQUEST,
-                "invalid_field",
-                "A field is invalid",
-            ),
-            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
-            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden", "Forbidden"),
-            ApiError::NotFound(_) | ApiError::Missing(_) => {
-                (StatusCode::NOT_FOUND, "not_found", "Not found")
-            }
-            ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict"),
-            ApiError::IdempotencyKeyReused => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "idempotency_key_reused",
-                "Idempotency-Key reused",
-            ),
-            ApiError::Unavailable(_) => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "unavailable",
-                "Service unavailable",
-            ),
-            ApiError::PluginUnusable(_) => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "plugin_unusable",
-                "The plugin file cannot be used",
-            ),
-            ApiError::StrategyDisabled(_) => (
-                StatusCode::CONFLICT,
-                "strategy_disabled",
-                "The strategy is disabled",
-            ),
-            ApiError::StrategyFailed(_) => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "strategy_failed",
-                "The strategy failed",
-            ),
-            ApiError::TooLarge { .. } => (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "too_large",
-                "Content too large",
-            ),
-            ApiError::UriTooLong(_) => (StatusCode::URI_TOO_LONG, "uri_too_long", "URI too long"),
-            ApiError::RateLimited { .. } => (
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate_limited",
-                "Too many creates",
-            ),
-            ApiError::QuotaExceeded(_) => (
-                StatusCode::TOO_MANY_REQUESTS,
-                "quota_exceeded",
-                "Job quota reached",
-            ),
-            ApiError::Internal(_) => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "Internal error",
-            ),
+            ApiError::InvalidJson(_) => &INVALID_JSON,
+            ApiError::InvalidField { .. } => &INVALID_FIELD,
+            ApiError::Unauthorized => &UNAUTHORIZED,
+            ApiError::Forbidden(_) => &FORBIDDEN,
+            ApiError::NotFound(_) | ApiError::Missing(_) => &NOT_FOUND,
+            ApiError::Conflict(_) => &CONFLICT,
+            ApiError::IdempotencyKeyReused => &IDEMPOTENCY_KEY_REUSED,
+            ApiError::Unavailable(_) => &UNAVAILABLE,
+            ApiError::PluginUnusable(_) => &PLUGIN_UNUSABLE,
+            ApiError::StrategyDisabled(_) => &STRATEGY_DISABLED,
+            ApiError::StrategyFailed(_) => &STRATEGY_FAILED,
+            ApiError::TooLarge { .. } => &TOO_LARGE,
+            ApiError::UriTooLong(_) => &URI_TOO_LONG,
+            ApiError::RateLimited { .. } => &RATE_LIMITED,
+            ApiError::QuotaExceeded(_) => &QUOTA_EXCEEDED,
+            ApiError::Internal(_) => &INTERNAL,
         }
+    }
+
+    /// (status, code, title) of this error.
+    pub fn parts(&self) -> (StatusCode, &'static str, &'static str) {
+        let k = self.kind();
+        (k.status, k.code, k.title)
     }
 
     /// Seconds a client should wait before asking again (`Retry-After`), where that is known.

@@ -22,7 +22,7 @@ use super::{
     auth::Caller,
     body::{self, JsonBody, Params, PathId},
     error::ApiError,
-    AppState, Problem,
+    AppState,
 };
 
 /// A page of jobs.
@@ -44,22 +44,27 @@ pub struct RunPage {
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListJobsQuery {
     /// Only this tenant's jobs.
+    #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pub tenant: Option<String>,
     /// `next_cursor` of the previous page.
     pub cursor: Option<String>,
     /// 1–500, default 50.
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u32>,
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct RunsQuery {
     /// Only runs scheduled strictly before this instant (RFC 3339).
     pub before: Option<DateTime<Utc>>,
     /// 1–500, default 50.
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<u32>,
 }
 
@@ -83,10 +88,7 @@ fn job_reply(reply: ShardReply) -> Result<(Job, bool), ApiError> {
 #[utoipa::path(post, path = "/v1/jobs", tag = "jobs", request_body = JobSpec,
     params(("Idempotency-Key" = Option<String>, Header, description = "Repeating a create with the same key returns the first job")),
     responses((status = 201, description = "Created", body = Job),
-               (status = 200, description = "An earlier create with this Idempotency-Key", body = Job),
-               (status = 400, description = "Invalid body", body = Problem, content_type = "application/problem+json"),
-               (status = 422, description = "Idempotency-Key used for another job", body = Problem, content_type = "application/problem+json"),
-               (status = 503, description = "Shard unavailable", body = Problem, content_type = "application/problem+json")),
+               (status = 200, description = "An earlier create with this Idempotency-Key", body = Job)),
     security(("bearer" = [])))]
 pub async fn create_job(
     State(state): State<AppState>,
@@ -150,7 +152,7 @@ pub async fn create_job(
 
 /// List jobs, oldest first, cursor-paginated.
 #[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(ListJobsQuery),
-    responses((status = 200, body = JobPage), (status = 400, body = Problem, content_type = "application/problem+json")),
+    responses((status = 200, body = JobPage)),
     security(("bearer" = [])))]
 pub async fn list_jobs(
     State(state): State<AppState>,
@@ -233,7 +235,7 @@ async fn job_call(
 
 /// Read a job.
 #[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = Uuid, Path)),
-    responses((status = 200, body = Job), (status = 404, body = Problem, content_type = "application/problem+json")),
+    responses((status = 200, body = Job)),
     security(("bearer" = [])))]
 pub async fn get_job(
     State(state): State<AppState>,
@@ -247,9 +249,7 @@ pub async fn get_job(
 
 /// Change a job. A new schedule recomputes future occurrences; ticketed ones run as they are.
 #[utoipa::path(patch, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = Uuid, Path)), request_body = JobPatch,
-    responses((status = 200, body = Job), (status = 400, body = Problem, content_type = "application/problem+json"),
-              (status = 404, body = Problem, content_type = "application/problem+json"),
-              (status = 409, body = Problem, content_type = "application/problem+json")),
+    responses((status = 200, body = Job)),
     security(("bearer" = [])))]
 pub async fn patch_job(
     State(state): State<AppState>,
@@ -276,8 +276,7 @@ pub async fn patch_job(
 
 /// Delete a job: future occurrences are cancelled, tickets in flight finish, history stays readable.
 #[utoipa::path(delete, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = Uuid, Path)),
-    responses((status = 204), (status = 404, body = Problem, content_type = "application/problem+json"),
-              (status = 409, body = Problem, content_type = "application/problem+json")),
+    responses((status = 204)),
     security(("bearer" = [])))]
 pub async fn delete_job(
     State(state): State<AppState>,
@@ -290,8 +289,7 @@ pub async fn delete_job(
 
 /// Pause a job: it makes no occurrences until resumed.
 #[utoipa::path(post, path = "/v1/jobs/{id}/pause", tag = "jobs", params(("id" = Uuid, Path)),
-    responses((status = 200, body = Job), (status = 404, body = Problem, content_type = "application/problem+json"),
-              (status = 409, body = Problem, content_type = "application/problem+json")),
+    responses((status = 200, body = Job)),
     security(("bearer" = [])))]
 pub async fn pause_job(
     State(state): State<AppState>,
@@ -305,8 +303,7 @@ pub async fn pause_job(
 
 /// Resume a paused job from its first occurrence after now (no catch-up for the paused time).
 #[utoipa::path(post, path = "/v1/jobs/{id}/resume", tag = "jobs", params(("id" = Uuid, Path)),
-    responses((status = 200, body = Job), (status = 404, body = Problem, content_type = "application/problem+json"),
-              (status = 409, body = Problem, content_type = "application/problem+json")),
+    responses((status = 200, body = Job)),
     security(("bearer" = [])))]
 pub async fn resume_job(
     State(state): State<AppState>,
@@ -320,8 +317,7 @@ pub async fn resume_job(
 
 /// Fire a job now, outside its schedule.
 #[utoipa::path(post, path = "/v1/jobs/{id}/trigger", tag = "jobs", params(("id" = Uuid, Path)),
-    responses((status = 202, body = RunView), (status = 404, body = Problem, content_type = "application/problem+json"),
-              (status = 409, body = Problem, content_type = "application/problem+json")),
+    responses((status = 202, body = RunView)),
     security(("bearer" = [])))]
 pub async fn trigger_job(
     State(state): State<AppState>,
@@ -338,7 +334,7 @@ pub async fn trigger_job(
 
 /// A job's occurrences, newest first; the next one appears as `scheduled` on the first page.
 #[utoipa::path(get, path = "/v1/jobs/{id}/runs", tag = "jobs", params(("id" = Uuid, Path), RunsQuery),
-    responses((status = 200, body = RunPage), (status = 404, body = Problem, content_type = "application/problem+json")),
+    responses((status = 200, body = RunPage)),
     security(("bearer" = [])))]
 pub async fn list_runs(
     State(state): State<AppState>,
@@ -377,7 +373,7 @@ pub async fn list_runs(
 
 /// One ticket with its attempts and trace id.
 #[utoipa::path(get, path = "/v1/tickets/{ticket_id}", tag = "jobs", params(("ticket_id" = Uuid, Path)),
-    responses((status = 200, body = TicketView), (status = 404, body = Problem, content_type = "application/problem+json")),
+    responses((status = 200, body = TicketView)),
     security(("bearer" = [])))]
 pub async fn get_ticket(
     State(state): State<AppState>,

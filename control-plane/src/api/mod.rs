@@ -14,6 +14,7 @@ pub mod ops;
 pub mod plugins;
 pub mod schedule;
 pub mod settings;
+pub mod spec;
 pub mod tenants;
 pub mod tokens;
 pub mod workers;
@@ -148,12 +149,13 @@ fn api_router() -> OpenApiRouter<AppState> {
 
 /// The OpenAPI document, generated from the handlers (committed as openapi/openapi.json).
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    api_router().split_for_parts().1
+    spec::finish(api_router().split_for_parts().1)
 }
 
 /// The whole HTTP application.
 pub fn app(state: AppState) -> Router {
     let (router, api) = api_router().split_for_parts();
+    let api = spec::finish(api);
     router
         .route_layer(middleware::from_fn(record))
         .merge(SwaggerUi::new("/docs").url("/openapi.json", api))

@@ -142,11 +142,7 @@ pub async fn list_plugins(State(state): State<AppState>) -> Json<PluginList> {
 /// nothing (200); a library is never replaced while the process runs.
 #[utoipa::path(post, path = "/v1/plugins", tag = "plugins", request_body = LoadPlugin,
     responses((status = 201, description = "loaded now", body = PluginView),
-              (status = 200, description = "it was loaded already", body = PluginView),
-              (status = 400, description = "`name` is not a plain plugin name (a path, `..`, another character)", body = super::Problem),
-              (status = 404, description = "no file for that name in the plugin directory", body = super::Problem),
-              (status = 409, description = "this replica has no plugin directory, or a built-in strategy has that name", body = super::Problem),
-              (status = 422, description = "the file cannot be used: it resolves outside the plugin directory, is not a loadable library or not a strategy plugin, or speaks another plugin ABI version", body = super::Problem)),
+              (status = 200, description = "it was loaded already", body = PluginView)),
     security(("bearer" = [])))]
 pub async fn load_plugin(
     State(state): State<AppState>,
@@ -169,12 +165,7 @@ pub async fn load_plugin(
 /// uses it, and every replica loads it from its own plugin directory, without a restart.
 /// Activating what is active already, with the same config, changes nothing.
 #[utoipa::path(put, path = "/v1/strategy", tag = "plugins", request_body = ActivateStrategy,
-    responses((status = 200, description = "the active strategy now", body = VersionedStrategy),
-              (status = 400, description = "`name` is not a plain name, or the strategy refused `config` (the problem names the field and carries the strategy's message)", body = super::Problem),
-              (status = 404, description = "no built-in strategy and no plugin file of that name", body = super::Problem),
-              (status = 409, description = "the strategy is disabled (it missed a deadline), this replica has no plugin directory, or the active strategy changed meanwhile", body = super::Problem),
-              (status = 422, description = "the plugin file cannot be used, or the strategy failed while checking the config", body = super::Problem),
-              (status = 503, description = "the cluster state cannot be read or written", body = super::Problem)),
+    responses((status = 200, description = "the active strategy now", body = VersionedStrategy)),
     security(("bearer" = [])))]
 pub async fn put_strategy(
     State(state): State<AppState>,

@@ -6,9 +6,10 @@ use chronoshard_wire::{Dur, ScheduleSpec};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::{body::Params, error::ApiError, Problem};
+use super::{body::Params, error::ApiError};
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct PreviewQuery {
     /// Cron expression (5 or 6 fields).
@@ -24,6 +25,7 @@ pub struct PreviewQuery {
     /// Fire times strictly after this instant (RFC 3339); default now.
     pub after: Option<DateTime<Utc>>,
     /// 1–1000, default 10.
+    #[param(minimum = 1, maximum = 1000)]
     pub count: Option<u32>,
 }
 
@@ -35,8 +37,7 @@ pub struct Preview {
 
 /// Preview the next fire times of a cron or interval schedule.
 #[utoipa::path(get, path = "/v1/schedule/preview", tag = "schedule", params(PreviewQuery),
-    responses((status = 200, body = Preview),
-              (status = 400, description = "Invalid expression, zone or parameter", body = Problem, content_type = "application/problem+json")),
+    responses((status = 200, body = Preview)),
     security(("bearer" = [])))]
 pub async fn preview(Params(q): Params<PreviewQuery>) -> Result<Json<Preview>, ApiError> {
     let count = match q.count.unwrap_or(10) {

@@ -27,9 +27,7 @@ pub async fn get_settings(
 /// `"version"`, the change applies only if the settings are still at that version (409
 /// otherwise). Answers the new settings and version.
 #[utoipa::path(put, path = "/v1/settings", tag = "cluster", request_body = Settings,
-    responses((status = 200, body = VersionedSettings),
-              (status = 400, description = "a field is unknown, malformed or breaks a rule", body = super::Problem),
-              (status = 409, description = "the settings changed meanwhile", body = super::Problem)),
+    responses((status = 200, body = VersionedSettings)),
     security(("bearer" = [])))]
 pub async fn put_settings(
     State(state): State<AppState>,

@@ -4,7 +4,7 @@
 use axum::{extract::State, http::StatusCode, response::IntoResponse, Json};
 use chronoshard_wire::rpc::{ShardReply, ShardRequest, TenantView};
 
-use super::{auth::Caller, body::PathTenant, error::ApiError, AppState, Problem};
+use super::{auth::Caller, body::PathTenant, error::ApiError, AppState};
 
 /// Sends a tenant request to the tenant's shard; another tenant's name answers 404 to a tenant
 /// token.
@@ -29,7 +29,7 @@ async fn tenant_call(
 
 /// A tenant: whether it is paused and how many jobs it has.
 #[utoipa::path(get, path = "/v1/tenants/{tenant}", tag = "tenants", params(("tenant" = String, Path)),
-    responses((status = 200, body = TenantView), (status = 400, body = Problem, content_type = "application/problem+json")),
+    responses((status = 200, body = TenantView)),
     security(("bearer" = [])))]
 pub async fn get_tenant(
     State(state): State<AppState>,
@@ -44,7 +44,7 @@ pub async fn get_tenant(
 
 /// Pause a tenant: none of its jobs fires until it is resumed; each job keeps its own state.
 #[utoipa::path(post, path = "/v1/tenants/{tenant}/pause", tag = "tenants", params(("tenant" = String, Path)),
-    responses((status = 200, body = TenantView), (status = 400, body = Problem, content_type = "application/problem+json")),
+    responses((status = 200, body = TenantView)),
     security(("bearer" = [])))]
 pub async fn pause_tenant(
     State(state): State<AppState>,
@@ -60,7 +60,7 @@ pub async fn pause_tenant(
 /// Resume a tenant: each of its active jobs continues from its first occurrence after now
 /// (no catch-up for the paused time). Jobs paused on their own stay paused.
 #[utoipa::path(post, path = "/v1/tenants/{tenant}/resume", tag = "tenants", params(("tenant" = String, Path)),
-    responses((status = 200, body = TenantView), (status = 400, body = Problem, content_type = "application/problem+json")),
+    responses((status = 200, body = TenantView)),
     security(("bearer" = [])))]
 pub async fn resume_tenant(
     State(state): State<AppState>,
@@ -76,8 +76,7 @@ pub async fn resume_tenant(
 /// Fire every active job of the tenant now, each under its overlap policy; `triggered` counts
 /// the occurrences that fired.
 #[utoipa::path(post, path = "/v1/tenants/{tenant}/trigger", tag = "tenants", params(("tenant" = String, Path)),
-    responses((status = 202, body = TenantView), (status = 400, body = Problem, content_type = "application/problem+json"),
-              (status = 409, body = Problem, content_type = "application/problem+json")),
+    responses((status = 202, body = TenantView)),
     security(("bearer" = [])))]
 pub async fn trigger_tenant(
     State(state): State<AppState>,

@@ -15,7 +15,7 @@ use super::{
     body::{JsonBody, Params, PathId},
     cluster::unavailable,
     error::ApiError,
-    AppState, Problem,
+    AppState,
 };
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -25,16 +25,17 @@ pub struct TokenList {
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct TokensQuery {
     /// Only the tokens of this tenant.
+    #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pub tenant: Option<String>,
 }
 
 /// Create a token. The answer carries the token itself, once; keep it.
 #[utoipa::path(post, path = "/v1/tokens", tag = "tokens", request_body = TokenSpec,
-    responses((status = 201, description = "Created; `token` is shown this once", body = CreatedToken),
-              (status = 400, body = Problem, content_type = "application/problem+json")),
+    responses((status = 201, description = "Created; `token` is shown this once", body = CreatedToken)),
     security(("bearer" = [])))]
 pub async fn create_token(
     State(state): State<AppState>,
@@ -70,7 +71,7 @@ pub async fn create_token(
 
 /// The tokens (never their secrets), oldest first.
 #[utoipa::path(get, path = "/v1/tokens", tag = "tokens", params(TokensQuery),
-    responses((status = 200, body = TokenList), (status = 400, body = Problem, content_type = "application/problem+json")),
+    responses((status = 200, body = TokenList)),
     security(("bearer" = [])))]
 pub async fn list_tokens(
     State(state): State<AppState>,
@@ -87,7 +88,7 @@ pub async fn list_tokens(
 /// Revoke a token: it stops working on every replica (at once on this one, within the time a
 /// cluster-state change takes to reach the others).
 #[utoipa::path(delete, path = "/v1/tokens/{id}", tag = "tokens", params(("id" = Uuid, Path)),
-    responses((status = 204), (status = 404, body = Problem, content_type = "application/problem+json")),
+    responses((status = 204)),
     security(("bearer" = [])))]
 pub async fn revoke_token(
     State(state): State<AppState>,

@@ -58,9 +58,7 @@ pub async fn list_workers(State(state): State<AppState>) -> Result<Json<WorkerLi
 /// exits 0). Answered once the worker has acknowledged the request.
 #[utoipa::path(post, path = "/v1/workers/{worker_id}/drain", tag = "cluster",
     params(("worker_id" = String, Path, description = "the worker's id")),
-    responses((status = 202, body = DrainReply),
-              (status = 404, description = "no such worker is running", body = super::Problem),
-              (status = 503, description = "the worker did not answer", body = super::Problem)),
+    responses((status = 202, body = DrainReply)),
     security(("bearer" = [])))]
 pub async fn drain_worker(
     State(state): State<AppState>,
