@@ -138,6 +138,22 @@ ensure_python_nats() {
   export CHRONOSHARD_PYTHONPATH="$TOOLS/python"
 }
 
+# openapi-python-client, the generator the generated-client test runs on openapi/openapi.json,
+# installed into .tools/openapi; exports CHRONOSHARD_OPENAPI_PYTHONPATH.
+OPENAPI_PYTHON_CLIENT="openapi-python-client==0.29.1"
+ensure_openapi_client() {
+  local dir="$TOOLS/openapi"
+  if [ -n "${CHRONOSHARD_OPENAPI_PYTHONPATH:-}" ] && PYTHONPATH="$CHRONOSHARD_OPENAPI_PYTHONPATH" \
+      python3 -c 'import openapi_python_client' 2>/dev/null; then
+    return 0
+  fi
+  if ! PYTHONPATH="$dir" python3 -c 'import openapi_python_client' 2>/dev/null; then
+    echo "installing $OPENAPI_PYTHON_CLIENT into $dir" >&2
+    pip_install_into "$dir" "$OPENAPI_PYTHON_CLIENT" || return 1
+  fi
+  export CHRONOSHARD_OPENAPI_PYTHONPATH="$dir"
+}
+
 # What ensure_python_nats found, for a log line: "nats-py <version> (<where>)".
 python_nats_version() {
   PYTHONPATH="${CHRONOSHARD_PYTHONPATH:-${PYTHONPATH:-}}" python3 -c \

@@ -11,6 +11,8 @@ ensure_postgres
 echo "using PostgreSQL binaries: $CHRONOSHARD_PG_BIN ($("$CHRONOSHARD_PG_BIN/postgres" --version))"
 ensure_python_nats
 echo "using python3: $(command -v python3) ($(python3 --version 2>&1)), $(python_nats_version)"
+ensure_openapi_client
+echo "using $OPENAPI_PYTHON_CLIENT from $CHRONOSHARD_OPENAPI_PYTHONPATH"
 cd "$ROOT"
 # A clean CI clone builds everything once: incremental compilation's caches only cost time there.
 if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi

@@ -93,14 +93,17 @@ pub enum ScheduleKind {
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum TargetSpec {
     /// An HTTP request made by a chronoshard worker.
+    #[schema(title = "HttpTarget")]
     Http {
         url: String,
         #[serde(default = "default_method")]
         method: String,
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        #[schema(value_type = HttpHeaders)]
         headers: BTreeMap<String, String>,
     },
     /// A command run by a worker that has shell execution enabled.
+    #[schema(title = "ShellTarget")]
     Shell {
         command: String,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -108,12 +111,19 @@ pub enum TargetSpec {
     },
     /// Any executor consuming the named queue (see docs/protocol.md). `job_type` names the kind
     /// of work when one queue serves several (an SDK worker routes on it to its handler).
+    #[schema(title = "QueueTarget")]
     Queue {
         queue: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         job_type: Option<String>,
     },
 }
+
+/// Extra request headers of an HTTP target, name → value. A named schema, so that client
+/// generators make one model of it however many schemas hold a target.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct HttpHeaders(BTreeMap<String, String>);
 
 fn default_method() -> String {
     "POST".to_string()
