@@ -154,6 +154,22 @@ ensure_openapi_client() {
   export CHRONOSHARD_OPENAPI_PYTHONPATH="$dir"
 }
 
+# schemathesis, which fuzzes the API from openapi/openapi.json, installed into .tools/fuzz;
+# exports CHRONOSHARD_FUZZ_PYTHONPATH.
+SCHEMATHESIS="schemathesis==4.32.5"
+ensure_schemathesis() {
+  local dir="$TOOLS/fuzz"
+  if [ -n "${CHRONOSHARD_FUZZ_PYTHONPATH:-}" ] && PYTHONPATH="$CHRONOSHARD_FUZZ_PYTHONPATH" \
+      python3 -c 'import schemathesis' 2>/dev/null; then
+    return 0
+  fi
+  if ! PYTHONPATH="$dir" python3 -c 'import schemathesis' 2>/dev/null; then
+    echo "installing $SCHEMATHESIS into $dir" >&2
+    pip_install_into "$dir" "$SCHEMATHESIS" || return 1
+  fi
+  export CHRONOSHARD_FUZZ_PYTHONPATH="$dir"
+}
+
 # What ensure_python_nats found, for a log line: "nats-py <version> (<where>)".
 python_nats_version() {
   PYTHONPATH="${CHRONOSHARD_PYTHONPATH:-${PYTHONPATH:-}}" python3 -c \

@@ -13,6 +13,8 @@ ensure_python_nats
 echo "using python3: $(command -v python3) ($(python3 --version 2>&1)), $(python_nats_version)"
 ensure_openapi_client
 echo "using $OPENAPI_PYTHON_CLIENT from $CHRONOSHARD_OPENAPI_PYTHONPATH"
+ensure_schemathesis
+echo "using $SCHEMATHESIS from $CHRONOSHARD_FUZZ_PYTHONPATH"
 cd "$ROOT"
 # A clean CI clone builds everything once: incremental compilation's caches only cost time there.
 if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi

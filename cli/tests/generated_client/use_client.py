@@ -21,13 +21,13 @@ from chronoshard_client.api.jobs import (
     trigger_job,
 )
 from chronoshard_client.models import (
+    CronSchedule,
     Job,
     JobSpec,
     Problem,
     QueueTarget,
     RunPage,
     RunView,
-    ScheduleSpec,
     TicketView,
 )
 from chronoshard_client.models.queue_target_type import QueueTargetType
@@ -44,7 +44,7 @@ def main(base_url, token):
     spec = JobSpec(
         tenant="generated",
         name="nightly",
-        schedule=ScheduleSpec(cron="0 3 * * *", timezone="Europe/Berlin"),
+        schedule=CronSchedule(cron="0 3 * * *", timezone="Europe/Berlin"),
         target=QueueTarget(queue="generated-q", type_=QueueTargetType.QUEUE),
     )
     job = expect(create_job.sync_detailed(client=client, body=spec, idempotency_key="gen-1"), 201, Job)

@@ -34,6 +34,9 @@ pub struct DlqQuery {
     #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pub tenant: Option<String>,
     /// `next_cursor` of the previous page.
+    #[param(
+        pattern = "^-?[0-9]{1,19}_[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+    )]
     pub cursor: Option<String>,
     /// 1–500, default 50.
     #[param(minimum = 1, maximum = 500)]

@@ -51,6 +51,7 @@ pub struct ListJobsQuery {
     #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pub tenant: Option<String>,
     /// `next_cursor` of the previous page.
+    #[param(format = Uuid)]
     pub cursor: Option<String>,
     /// 1–500, default 50.
     #[param(minimum = 1, maximum = 500)]

@@ -152,13 +152,18 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     spec::finish(api_router().split_for_parts().1)
 }
 
+/// The OpenAPI document as served at `/openapi.json`.
+pub fn document() -> serde_json::Value {
+    spec::json(&openapi())
+}
+
 /// The whole HTTP application.
 pub fn app(state: AppState) -> Router {
     let (router, api) = api_router().split_for_parts();
-    let api = spec::finish(api);
+    let doc = spec::json(&spec::finish(api));
     router
         .route_layer(middleware::from_fn(record))
-        .merge(SwaggerUi::new("/docs").url("/openapi.json", api))
+        .merge(SwaggerUi::new("/docs").external_url_unchecked("/openapi.json", doc))
         .fallback(|| async { ApiError::NotFound("route") })
         .layer(middleware::from_fn_with_state(
             state.clone(),

@@ -13,10 +13,12 @@ use super::{body::Params, error::ApiError};
 #[serde(deny_unknown_fields)]
 pub struct PreviewQuery {
     /// Cron expression (5 or 6 fields).
+    #[param(min_length = 1)]
     pub cron: Option<String>,
     /// IANA time zone of `cron`, default UTC.
     pub timezone: Option<String>,
     /// Interval such as `30s`.
+    #[param(pattern = "^([0-9]+(ms|s|m|h|d))+$")]
     pub every: Option<String>,
     /// Anchor of `every`; default: `after`.
     pub start_at: Option<DateTime<Utc>>,

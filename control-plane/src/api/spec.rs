@@ -40,6 +40,39 @@ pub fn finish(mut api: OpenApi) -> OpenApi {
     api
 }
 
+/// The document as JSON, as served at `/openapi.json` and committed as openapi/openapi.json.
+/// utoipa 5 writes a link's fields in snake case (`operation_id`); OpenAPI spells them in camel
+/// case, and tools that follow links (schemathesis) ignore a link without `operationId`.
+pub fn json(api: &OpenApi) -> serde_json::Value {
+    let mut doc = serde_json::to_value(api).expect("the OpenAPI document serialises");
+    let responses = doc["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|paths| paths.values_mut())
+        .filter_map(|item| item.as_object_mut())
+        .flat_map(|item| item.values_mut())
+        .filter_map(|op| op.get_mut("responses")?.as_object_mut())
+        .flat_map(|r| r.values_mut());
+    for response in responses {
+        let links = response.get_mut("links").and_then(|l| l.as_object_mut());
+        for link in links.into_iter().flat_map(|l| l.values_mut()) {
+            let Some(link) = link.as_object_mut() else {
+                continue;
+            };
+            for (snake, camel) in [
+                ("operation_id", "operationId"),
+                ("operation_ref", "operationRef"),
+                ("request_body", "requestBody"),
+            ] {
+                if let Some(v) = link.remove(snake) {
+                    link.insert(camel.to_string(), v);
+                }
+            }
+        }
+    }
+    doc
+}
+
 /// What an operation reads, to decide which rows of the table apply to it.
 struct Shape<'a> {
     path: &'a str,
@@ -220,6 +253,10 @@ mod tests {
             };
             assert_eq!(link.operation_id, *operation_id);
             assert_eq!(link.parameters["id"], "$response.body#/id");
+            let doc = json(&api);
+            let written = &doc["paths"]["/v1/jobs"]["post"]["responses"]["201"]["links"][*name];
+            assert_eq!(written["operationId"], *operation_id, "{written}");
+            assert!(written.get("operation_id").is_none(), "{written}");
             // The operation it names exists.
             assert!(api.paths.paths.values().any(|item| [
                 &item.get,

@@ -28,7 +28,7 @@ async fn tenant_call(
 }
 
 /// A tenant: whether it is paused and how many jobs it has.
-#[utoipa::path(get, path = "/v1/tenants/{tenant}", tag = "tenants", params(("tenant" = String, Path)),
+#[utoipa::path(get, path = "/v1/tenants/{tenant}", tag = "tenants", params(("tenant" = String, Path, pattern = "^[A-Za-z0-9_-]{1,64}$")),
     responses((status = 200, body = TenantView)),
     security(("bearer" = [])))]
 pub async fn get_tenant(
@@ -43,7 +43,7 @@ pub async fn get_tenant(
 }
 
 /// Pause a tenant: none of its jobs fires until it is resumed; each job keeps its own state.
-#[utoipa::path(post, path = "/v1/tenants/{tenant}/pause", tag = "tenants", params(("tenant" = String, Path)),
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/pause", tag = "tenants", params(("tenant" = String, Path, pattern = "^[A-Za-z0-9_-]{1,64}$")),
     responses((status = 200, body = TenantView)),
     security(("bearer" = [])))]
 pub async fn pause_tenant(
@@ -59,7 +59,7 @@ pub async fn pause_tenant(
 
 /// Resume a tenant: each of its active jobs continues from its first occurrence after now
 /// (no catch-up for the paused time). Jobs paused on their own stay paused.
-#[utoipa::path(post, path = "/v1/tenants/{tenant}/resume", tag = "tenants", params(("tenant" = String, Path)),
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/resume", tag = "tenants", params(("tenant" = String, Path, pattern = "^[A-Za-z0-9_-]{1,64}$")),
     responses((status = 200, body = TenantView)),
     security(("bearer" = [])))]
 pub async fn resume_tenant(
@@ -75,7 +75,7 @@ pub async fn resume_tenant(
 
 /// Fire every active job of the tenant now, each under its overlap policy; `triggered` counts
 /// the occurrences that fired.
-#[utoipa::path(post, path = "/v1/tenants/{tenant}/trigger", tag = "tenants", params(("tenant" = String, Path)),
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/trigger", tag = "tenants", params(("tenant" = String, Path, pattern = "^[A-Za-z0-9_-]{1,64}$")),
     responses((status = 202, body = TenantView)),
     security(("bearer" = [])))]
 pub async fn trigger_tenant(

@@ -4,7 +4,10 @@
 
 use axum::{extract::State, http::StatusCode, response::IntoResponse, Json};
 use chrono::Utc;
-use chronoshard_wire::token::{CreatedToken, TokenRecord, TokenSpec, TokenView};
+use chronoshard_wire::{
+    job::check_token,
+    token::{CreatedToken, TokenRecord, TokenSpec, TokenView},
+};
 use serde::{Deserialize, Serialize};
 use tracing::info;
 use utoipa::{IntoParams, ToSchema};
@@ -77,6 +80,9 @@ pub async fn list_tokens(
     State(state): State<AppState>,
     Params(q): Params<TokensQuery>,
 ) -> Result<Json<TokenList>, ApiError> {
+    if let Some(t) = &q.tenant {
+        check_token("tenant", t, 64).map_err(|e| ApiError::field(e.field, e.message))?;
+    }
     let mut records = state.cluster.tokens().await.map_err(unavailable)?;
     records.retain(|r| q.tenant.is_none() || r.tenant == q.tenant);
     records.sort_by_key(|r| (r.created_at, r.id));

@@ -16,8 +16,10 @@ use crate::Dur;
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
     /// Tenant the job belongs to: 1–64 characters of `A-Z a-z 0-9 _ -`.
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     pub tenant: String,
     /// Human name, 1–200 characters; not unique.
+    #[schema(min_length = 1, max_length = 200, pattern = "\\S")]
     pub name: String,
     pub schedule: ScheduleSpec,
     pub target: TargetSpec,
@@ -36,9 +38,11 @@ pub struct JobSpec {
     pub catchup: CatchupSpec,
     /// 0 (lowest) to 9 (highest), default 5.
     #[serde(default = "default_priority")]
+    #[schema(minimum = 0, maximum = 9)]
     pub priority: u8,
     /// Number of items one occurrence is split into (1–1000, default 1).
     #[serde(default = "default_items")]
+    #[schema(minimum = 1, maximum = 1000)]
     pub shard_items: u32,
 }
 
@@ -53,8 +57,8 @@ fn default_items() -> u32 {
 }
 
 /// When a job fires: exactly one of `cron` (with optional `timezone`), `every` (with optional
-/// `start_at`, `end_at`), `at`, or `delay`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+/// `start_at`, `end_at`), `at`, or `delay`. Its OpenAPI schema says so (`schedule_schema`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleSpec {
     /// 5 fields (minute hour day-of-month month day-of-week) or 6 with leading seconds.
@@ -144,6 +148,7 @@ impl TargetSpec {
 #[serde(deny_unknown_fields)]
 pub struct RetrySpec {
     /// Attempts in all, including the first (1–100, default 1: no retry).
+    #[schema(minimum = 1, maximum = 100)]
     #[serde(default = "default_attempts")]
     pub max_attempts: u32,
     #[serde(default)]
@@ -283,6 +288,7 @@ pub struct Job {
 #[serde(deny_unknown_fields)]
 pub struct JobPatch {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 200, pattern = "\\S")]
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<ScheduleSpec>,
@@ -300,8 +306,10 @@ pub struct JobPatch {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub catchup: Option<CatchupSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 9)]
     pub priority: Option<u8>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1000)]
     pub shard_items: Option<u32>,
 }
 

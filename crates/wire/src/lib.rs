@@ -12,6 +12,7 @@ pub mod ids;
 pub mod job;
 pub mod names;
 pub mod rpc;
+mod schedule_schema;
 pub mod settings;
 pub mod strategy;
 pub mod ticket;
