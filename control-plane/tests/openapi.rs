@@ -14,7 +14,7 @@ fn committed_openapi_matches_the_code() {
         committed == generated,
         "openapi/openapi.json is out of date: run UPDATE_OPENAPI=1 cargo test -p chronoshard-control-plane --test openapi"
     );
-    // every path of the contract's v1 table that this version serves is documented
+    // paths of the route table in docs/api.md, each of which must be documented
     let doc: serde_json::Value = serde_json::from_str(&generated).unwrap();
     for p in [
         "/v1/jobs",

@@ -1,5 +1,5 @@
 //! Fire benchmark of one shard node against a real nats-server and real SQLite shard databases
-//! (issue #3 item 12). Run it with
+//! (figures in BENCHMARKS.md, "Firing into JetStream"). Run it with
 //! `CARGO_TARGET_DIR=… cargo bench -p chronoshard-shard-node --bench fire`.
 //!
 //! Each phase starts its own `nats-server -js` (the `Nats` fixture of `chronoshard-test-util`, on
@@ -49,8 +49,8 @@
 //!   from T0, or from the last due time in the lateness phase).
 //!
 //! The defaults keep a run under two minutes on a 2-core machine where the node sustains
-//! 1,000–1,500 fires/s (measured 2026-11-29): the issue's sizes, `FIRE_BENCH_JOBS=160000
-//! FIRE_BENCH_SECONDS=20`, measure the same rates but take about 7 minutes there, mostly in
+//! 1,000–1,500 fires/s (measured 2026-11-29): larger sizes (`FIRE_BENCH_JOBS=160000
+//! FIRE_BENCH_SECONDS=20`) measure the same rates but take about 7 minutes there, mostly in
 //! creating the jobs and in draining the backlogs. When the node fires slower than
 //! `FIRE_BENCH_RATE`, the lateness figures measure that backlog (they grow with
 //! `FIRE_BENCH_SECONDS`), so the phase also prints the rate it achieved. Repeated ticket ids are

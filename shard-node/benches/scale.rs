@@ -1,5 +1,5 @@
-//! Scale benchmark of one shard node (issue #5: "10 million scheduled jobs on one node with memory
-//! bounded by the wheel horizon, not the job count"). Run it with
+//! Scale benchmark of one shard node (the target: "10 million scheduled jobs on one node with
+//! memory bounded by the wheel horizon, not the job count", BENCHMARKS.md). Run it with
 //! `cargo bench -p chronoshard-shard-node --bench scale`.
 //!
 //! For each N of `SCALE_BENCH_JOBS`, one after the other on the same machine:

@@ -1,7 +1,7 @@
 //! Cron expressions with an IANA time zone: parsing and the next fire time, DST rules included.
 //!
 //! This module owns the mapping from matching wall-clock times (found by `search`) to UTC
-//! instants under the contract's daylight-saving rules (see the crate docs, `lib.rs`):
+//! instants under the daylight-saving rules of docs/api.md (see the crate docs, `lib.rs`):
 //! - gap: a matching local time that does not exist fires once, at the instant the gap ends, when
 //!   the hour field is a single value; otherwise it is skipped;
 //! - overlap: a matching local time that occurs twice fires at both instants, except when the

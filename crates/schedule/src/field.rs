@@ -49,7 +49,7 @@ impl FieldKind {
     }
 
     /// Where `*/s` and `a/s` stop. Day-of-week steps run over 0–6 so that Sunday is not counted
-    /// twice (`*/2` is Sun,Tue,Thu,Sat and `5/2` is Friday only, as the contract says).
+    /// twice (`*/2` is Sun,Tue,Thu,Sat and `5/2` is Friday only, as docs/api.md says).
     fn step_end(self) -> u32 {
         match self {
             FieldKind::DayOfWeek => 6,

@@ -12,7 +12,8 @@
 //!
 //! # Resolved ambiguities
 //!
-//! Where the contract is silent these choices were made (each is covered by a test):
+//! Where cron dialects differ these choices were made (each is covered by a test; docs/api.md
+//! "Schedules" states them for users):
 //!
 //! - **Day-of-month / day-of-week OR rule.** A day field counts as restricted unless its text
 //!   starts with `*` or `?`, exactly as Vixie cron and cronie decide it. So `0 0 13 * FRI` fires

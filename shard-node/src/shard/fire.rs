@@ -42,7 +42,7 @@ pub(crate) enum Timer {
     Deadline { ticket: Uuid, attempt: u32 },
 }
 
-// The wheel entry budget of issue #3 (under 64 bytes per pending entry) holds for this payload:
+// The wheel's entry budget (under 64 bytes per pending entry) holds for this payload:
 // 48 bytes (deadline, sequence number and this 32-byte payload, since the wheel stores entries
 // by value).
 const _: () = assert!(chronoshard_timer::entry_bytes::<Timer>() < 64);
