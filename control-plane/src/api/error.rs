@@ -330,14 +330,28 @@ impl ApiError {
     }
 }
 
+impl From<crate::routing::CallError> for ApiError {
+    fn from(e: crate::routing::CallError) -> ApiError {
+        use crate::routing::CallError as E;
+        match e {
+            E::Shard(e) => e.into(),
+            E::Unavailable {
+                why,
+                maybe_applied: true,
+            } => ApiError::Unavailable(format!(
+                "{why}; the change may or may not have been applied"
+            )),
+            E::Unavailable { why, .. } => ApiError::Unavailable(why),
+            e @ E::BadReply { .. } => ApiError::Internal(e.to_string()),
+        }
+    }
+}
+
 impl From<RpcError> for ApiError {
     fn from(e: RpcError) -> ApiError {
         match e.code {
-            RpcErrorCode::NotFound => ApiError::NotFound(if e.message.starts_with("ticket") {
-                "ticket"
-            } else {
-                "job"
-            }),
+            // The shard's message says what it looked for ("ticket … not found").
+            RpcErrorCode::NotFound => ApiError::Missing(e.message),
             RpcErrorCode::Validation => ApiError::InvalidField {
                 field: e.field.unwrap_or_default(),
                 detail: e.message,

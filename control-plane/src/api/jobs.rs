@@ -231,7 +231,7 @@ async fn job_call(
             });
         }
     }
-    state.router.call(shard, &req).await
+    Ok(state.router.call(shard, &req).await?)
 }
 
 /// Read a job.
@@ -395,14 +395,15 @@ pub(super) async fn tenant_or_all(
     Ok(match tenant {
         Some(t) => {
             check_token("tenant", t, 64).map_err(|e| ApiError::field(e.field, e.message))?;
-            vec![
-                state
-                    .router
-                    .call(state.router.shard_for_tenant(t), req)
-                    .await,
-            ]
+            vec![state
+                .router
+                .call(state.router.shard_for_tenant(t), req)
+                .await
+                .map_err(ApiError::from)]
         }
-        None => state.router.call_all(req).await,
+        None => (state.router.call_all(req).await.into_iter())
+            .map(|r| r.map_err(ApiError::from))
+            .collect(),
     })
 }
 
@@ -429,8 +430,9 @@ pub(super) async fn find_ticket(state: &AppState, ticket_id: Uuid) -> Result<Tic
     {
         match reply {
             Ok(ShardReply::Ticket { ticket }) => return Ok(ticket),
-            Err(ApiError::NotFound(_)) | Ok(_) => {}
-            Err(e) => unavailable = Some(e),
+            Err(e) if e.is_not_found() => {}
+            Ok(_) => {}
+            Err(e) => unavailable = Some(ApiError::from(e)),
         }
     }
     Err(unavailable.unwrap_or(ApiError::NotFound("ticket")))

@@ -25,7 +25,10 @@ pub async fn healthz() -> Json<Status> {
     responses((status = 200, body = Status), (status = 503, body = Problem, content_type = "application/problem+json")))]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Status>, ApiError> {
     let count = state.router.shard_count();
-    let replies = futures::future::join_all((0..count).map(|s| state.router.ping(s))).await;
+    let replies = futures::future::join_all(
+        (0..count).map(|s| state.router.call_once(s, &ShardRequest::Ping)),
+    )
+    .await;
     let missing: Vec<String> = replies
         .iter()
         .enumerate()
@@ -51,11 +54,4 @@ pub async fn metrics() -> impl IntoResponse {
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         chronoshard_telemetry::metrics::render(),
     )
-}
-
-impl crate::routing::Router {
-    /// One quick ping, without the retries of `call`: readiness must answer fast.
-    pub async fn ping(&self, shard: u32) -> Result<ShardReply, ApiError> {
-        self.call_once(shard, &ShardRequest::Ping).await
-    }
 }

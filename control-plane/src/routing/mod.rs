@@ -14,7 +14,34 @@ use tokio::sync::oneshot;
 
 pub use placement::{mint_job_id, Placement};
 
-use crate::api::error::ApiError;
+/// Why a call to a shard brought no reply to use. The API maps it to its answers
+/// (`api::error`); nothing here knows HTTP.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// The shard answered with an error.
+    #[error("{0}")]
+    Shard(RpcError),
+    /// Nobody answered; `maybe_applied` when the request may have been received.
+    #[error("{why}")]
+    Unavailable { why: String, maybe_applied: bool },
+    /// The reply could not be read.
+    #[error("bad reply from shard {shard}: {detail}")]
+    BadReply { shard: u32, detail: String },
+}
+
+impl CallError {
+    /// Whether the shard said there is no such job or ticket.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, CallError::Shard(e) if e.code == RpcErrorCode::NotFound)
+    }
+}
+
+fn unavailable(why: String) -> CallError {
+    CallError::Unavailable {
+        why,
+        maybe_applied: false,
+    }
+}
 
 /// How long a call keeps retrying while a shard is moving or its owner is starting: well past a
 /// failover after a node dies (its heartbeat TTL, 1.5 s by default, then an assignment pass and
@@ -27,7 +54,7 @@ const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
 // Short-lived and matched at once; boxing the reply would only add an allocation.
 #[allow(clippy::large_enum_variant)]
 enum Attempt {
-    Reply(Result<ShardReply, ApiError>),
+    Reply(Result<ShardReply, CallError>),
     /// Nobody received it: safe to send again.
     NotDelivered(String),
     /// It may have been received.
@@ -75,8 +102,8 @@ impl Router {
     /// Sends a request to the owner of `shard`. Retries while nobody serves the shard (it is
     /// moving or its owner is starting); a request that is safe to resend (a read, a create) is
     /// also retried after a timeout, any other write is not, since it may have been applied.
-    /// Error replies of the shard come back as `ApiError`.
-    pub async fn call(&self, shard: u32, req: &ShardRequest) -> Result<ShardReply, ApiError> {
+    /// Error replies of the shard come back as `CallError::Shard`.
+    pub async fn call(&self, shard: u32, req: &ShardRequest) -> Result<ShardReply, CallError> {
         let deadline = tokio::time::Instant::now() + CALL_DEADLINE;
         let mut backoff = Duration::from_millis(20);
         loop {
@@ -85,13 +112,14 @@ impl Router {
                 Attempt::NotDelivered(why) => why,
                 Attempt::Unknown(why) if req.safe_to_resend() => why,
                 Attempt::Unknown(why) => {
-                    return Err(ApiError::Unavailable(format!(
-                        "{why}; the change may or may not have been applied"
-                    )))
+                    return Err(CallError::Unavailable {
+                        why,
+                        maybe_applied: true,
+                    })
                 }
             };
             if tokio::time::Instant::now() + backoff > deadline {
-                return Err(ApiError::Unavailable(why));
+                return Err(unavailable(why));
             }
             tracing::debug!(shard, %why, "retrying shard call");
             tokio::time::sleep(backoff).await;
@@ -100,10 +128,10 @@ impl Router {
     }
 
     /// One request to the owner of `shard`, without retries.
-    pub async fn call_once(&self, shard: u32, req: &ShardRequest) -> Result<ShardReply, ApiError> {
+    pub async fn call_once(&self, shard: u32, req: &ShardRequest) -> Result<ShardReply, CallError> {
         match self.attempt(shard, req).await {
             Attempt::Reply(r) => r,
-            Attempt::NotDelivered(why) | Attempt::Unknown(why) => Err(ApiError::Unavailable(why)),
+            Attempt::NotDelivered(why) | Attempt::Unknown(why) => Err(unavailable(why)),
         }
     }
 
@@ -122,11 +150,12 @@ impl Router {
         match tokio::time::timeout(ATTEMPT_TIMEOUT, request).await {
             Ok(Ok(msg)) => {
                 Attempt::Reply(match serde_json::from_slice::<ShardReply>(&msg.payload) {
-                    Ok(ShardReply::Error(e)) => Err(e.into()),
+                    Ok(ShardReply::Error(e)) => Err(CallError::Shard(e)),
                     Ok(reply) => Ok(reply),
-                    Err(e) => Err(ApiError::Internal(format!(
-                        "bad reply from shard {shard}: {e}"
-                    ))),
+                    Err(e) => Err(CallError::BadReply {
+                        shard,
+                        detail: e.to_string(),
+                    }),
                 })
             }
             Ok(Err(e)) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
@@ -140,7 +169,7 @@ impl Router {
     }
 
     /// Sends a request to every shard at once and returns the replies in shard order.
-    pub async fn call_all(&self, req: &ShardRequest) -> Vec<Result<ShardReply, ApiError>> {
+    pub async fn call_all(&self, req: &ShardRequest) -> Vec<Result<ShardReply, CallError>> {
         futures::future::join_all((0..self.shard_count()).map(|s| self.call(s, req))).await
     }
 }
@@ -158,7 +187,7 @@ async fn local_attempt(shard: u32, reply: oneshot::Receiver<Option<ShardReply>>)
             message,
             ..
         })))) => Attempt::Unknown(format!("shard {shard}: {message}")),
-        Ok(Ok(Some(ShardReply::Error(e)))) => Attempt::Reply(Err(e.into())),
+        Ok(Ok(Some(ShardReply::Error(e)))) => Attempt::Reply(Err(CallError::Shard(e))),
         Ok(Ok(Some(reply))) => Attempt::Reply(Ok(reply)),
         Ok(Err(_)) => Attempt::Unknown(format!("shard {shard} stopped while answering")),
         Err(_) => Attempt::Unknown(format!(
@@ -199,7 +228,7 @@ mod tests {
         assert!(matches!(not_taken, Attempt::NotDelivered(_)));
         assert!(matches!(
             answered(error(RpcErrorCode::NotFound)).await,
-            Attempt::Reply(Err(ApiError::NotFound(_)))
+            Attempt::Reply(Err(e)) if e.is_not_found()
         ));
         let pong = ShardReply::Pong {
             shard: 5,
