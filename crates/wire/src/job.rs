@@ -377,6 +377,60 @@ pub fn json_len(v: &serde_json::Value) -> usize {
     c.0
 }
 
+/// Most headers an HTTP target may carry.
+pub const MAX_HEADERS: usize = 32;
+
+/// Headers a worker sets itself on every call, or that the HTTP client owns: a target may not
+/// set them (sent twice, they would contradict the platform's).
+const RESERVED_HEADERS: [&str; 9] = [
+    "idempotency-key",
+    "traceparent",
+    "tracestate",
+    "host",
+    "content-length",
+    "content-type",
+    "transfer-encoding",
+    "connection",
+    "upgrade",
+];
+
+/// An HTTP target's headers: at most `MAX_HEADERS`, names HTTP tokens of up to 128 characters and
+/// none the platform sets (`RESERVED_HEADERS`, `X-Chronoshard-*`), values up to 4096 visible
+/// characters. Refused at create, so no attempt fails on them later.
+fn check_headers(headers: &BTreeMap<String, String>) -> Result<(), FieldError> {
+    let field = "target.headers";
+    if headers.len() > MAX_HEADERS {
+        return Err(FieldError::new(
+            field,
+            format!("at most {MAX_HEADERS} headers"),
+        ));
+    }
+    for (name, value) in headers {
+        let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+        if name.is_empty() || name.len() > 128 || !name.chars().all(token) {
+            return Err(FieldError::new(
+                field,
+                format!("{name:?} is not a header name (1-128 of A-Z a-z 0-9 ! # $ % & ' * + - . ^ _ ` | ~)"),
+            ));
+        }
+        let lower = name.to_ascii_lowercase();
+        if RESERVED_HEADERS.contains(&lower.as_str()) || lower.starts_with("x-chronoshard-") {
+            return Err(FieldError::new(
+                field,
+                format!("{name} is set by the platform on every call"),
+            ));
+        }
+        let visible = |c: char| c == ' ' || c == '\t' || (c.is_ascii_graphic());
+        if value.len() > 4096 || !value.chars().all(visible) {
+            return Err(FieldError::new(
+                field,
+                format!("the value of {name} must be up to 4096 visible ASCII characters"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub fn check_token(field: &str, value: &str, max: usize) -> Result<(), FieldError> {
     let ok = !value.is_empty()
         && value.len() <= max
@@ -488,7 +542,12 @@ impl JobSpec {
         }
         let schedule = self.schedule.compile(created_at)?;
         match &self.target {
-            TargetSpec::Http { url, method, .. } => {
+            TargetSpec::Http {
+                url,
+                method,
+                headers,
+            } => {
+                check_headers(headers)?;
                 let ok = url.starts_with("http://") || url.starts_with("https://");
                 if !ok || url.len() > 2048 {
                     return Err(FieldError::new(
@@ -574,6 +633,35 @@ mod tests {
             .unwrap();
             let e = s.validate(Utc::now()).unwrap_err();
             assert_eq!(e.field, "target.queue", "{e:?}");
+        }
+    }
+
+    #[test]
+    fn an_http_targets_headers_are_checked_and_the_platforms_own_refused() {
+        let with = |headers: serde_json::Value| {
+            spec(serde_json::json!({"tenant": "a", "name": "n",
+                "schedule": {"at": "2026-01-01T00:00:00Z"},
+                "target": {"type": "http", "url": "https://x.test/", "headers": headers}}))
+            .unwrap()
+            .validate(Utc::now())
+        };
+        with(serde_json::json!({"X-Api-Key": "k 1", "Accept": "application/json"})).unwrap();
+        let too_many: serde_json::Map<_, _> = (0..=MAX_HEADERS)
+            .map(|i| (format!("X-H{i}"), serde_json::json!("v")))
+            .collect();
+        for bad in [
+            serde_json::json!({"Idempotency-Key": "mine"}),
+            serde_json::json!({"x-chronoshard-attempt": "9"}),
+            serde_json::json!({"TraceParent": "00-1-2-01"}),
+            serde_json::json!({"Content-Length": "5"}),
+            serde_json::json!({"Bad Name": "v"}),
+            serde_json::json!({"": "v"}),
+            serde_json::json!({"X-Ok": "line\r\nX-Injected: 1"}),
+            serde_json::json!({"X-Ok": "x".repeat(4097)}),
+            serde_json::Value::Object(too_many),
+        ] {
+            let e = with(bad.clone()).unwrap_err();
+            assert_eq!(e.field, "target.headers", "{bad}: {e:?}");
         }
     }
 
