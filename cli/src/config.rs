@@ -167,6 +167,21 @@ pub fn dump(settings: &impl serde::Serialize) -> anyhow::Result<String> {
     Ok(toml::to_string(settings)?)
 }
 
+/// Starts the `--metrics` endpoint of a role that has no HTTP API of its own, if asked for; the
+/// address it listens on.
+pub async fn serve_metrics(
+    addr: Option<std::net::SocketAddr>,
+    stop: &tokio_util::sync::CancellationToken,
+) -> anyhow::Result<Option<std::net::SocketAddr>> {
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
+    let bound = chronoshard_telemetry::serve_metrics(addr, stop.clone())
+        .await
+        .map_err(|e| anyhow::anyhow!("--metrics {addr}: cannot listen there: {e}"))?;
+    Ok(Some(bound))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -59,6 +59,10 @@ pub struct ShardNodeArgs {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_shards: Option<u32>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. `0.0.0.0:9464`). Unset: none.
+    #[arg(long, value_name = "ADDR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 impl ShardNodeArgs {
@@ -141,6 +145,7 @@ pub async fn run(args: ShardNodeArgs, shutdown: CancellationToken) -> anyhow::Re
             )
         })?;
     refuse_a_live_namesake(&cluster, &opts.node_id).await?;
+    let metrics = crate::config::serve_metrics(args.metrics, &shutdown).await?;
     let node_id = opts.node_id.clone();
     let (_, mut task) = ShardNode::start(opts, nats, shutdown.clone())
         .await
@@ -148,6 +153,9 @@ pub async fn run(args: ShardNodeArgs, shutdown: CancellationToken) -> anyhow::Re
     println!("chronoshard shard-node {node_id} is ready");
     println!("  nats:   {}", args.nats);
     println!("  shards: {place}");
+    if let Some(addr) = metrics {
+        println!("  metrics: http://{addr}/metrics");
+    }
     let ended = tokio::select! {
         ended = &mut task => ended,
         _ = shutdown.cancelled() => {

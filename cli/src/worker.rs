@@ -75,6 +75,10 @@ pub struct WorkerArgs {
     #[arg(long, default_value_t = 64 * 1024,
           value_parser = clap::value_parser!(u32).range(0..=65_536))]
     pub shell_output_limit: u32,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. `0.0.0.0:9464`). Unset: none.
+    #[arg(long, value_name = "ADDR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 impl WorkerArgs {
@@ -111,6 +115,13 @@ pub async fn run(args: WorkerArgs, shutdown: CancellationToken) -> anyhow::Resul
     let nats = Connections::connect(&args.nats, &format!("chronoshard-worker {}", args.id))
         .await
         .with_context(|| format!("cannot connect to NATS at {}", args.nats))?;
+    let metrics = crate::config::serve_metrics(args.metrics, &shutdown).await?;
+    if let Some(addr) = metrics {
+        println!(
+            "chronoshard worker {}: metrics at http://{addr}/metrics",
+            args.id
+        );
+    }
     let task = Worker::start(opts, nats, shutdown).await?;
     task.await.context("worker task")?;
     Ok(())

@@ -54,6 +54,8 @@ impl NodeProcess {
                 id,
                 "--data",
                 data,
+                "--metrics",
+                "127.0.0.1:0",
             ],
         ))
     }
@@ -147,6 +149,17 @@ async fn a_shard_node_process_takes_shards_and_a_kill_moves_them_back_with_every
     let mut node = NodeProcess::start(&p.nats_url, dir.path(), "node-x");
     node.ready().await;
     let owners = wait_settled(&api, &["node-1", "node-x"]).await;
+    // Its own metrics endpoint, as a process without an API serves them.
+    let metrics = node.metrics_url().await;
+    let shards_open = wait_for("node-x's metrics to show its 4 shards", LONG, || async {
+        let text = reqwest::get(&metrics).await.ok()?.text().await.ok()?;
+        text.lines()
+            .any(|l| l == "chronoshard_shards_open{node=\"node-x\"} 4")
+            .then_some(text)
+    })
+    .await
+    .unwrap();
+    assert!(shards_open.contains("chronoshard_node_cpu_cores{node=\"node-x\"}"));
     let joined_in = started.elapsed();
     let mine = owners["node-x"].clone();
     assert_eq!((mine.len(), owners["node-1"].len()), (4, 4), "{owners:?}");

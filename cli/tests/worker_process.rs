@@ -282,3 +282,74 @@ async fn a_worker_refuses_private_targets_and_kills_commands_past_their_limits()
     assert_eq!(t["attempts"][0]["output"], "spinning\n", "{t}");
     p.stop().await.unwrap();
 }
+
+/// A worker run alone serves its own metrics with `--metrics`: its executions show there. An
+/// address it cannot listen on stops it at once with a clear error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_serves_its_metrics_at_its_metrics_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = platform_with(dir.path(), |o| o.workers = 0).await;
+    let api = Api::new(&p);
+    let data = dir.path().join("w");
+    let data = data.to_str().unwrap();
+    let worker = process::Process::start(
+        "w-m",
+        &[
+            &[
+                "worker",
+                "--nats",
+                &p.nats_url,
+                "--id",
+                "w-m",
+                "--data",
+                data,
+            ],
+            &SHELL[..],
+            &["--metrics", "127.0.0.1:0"],
+        ]
+        .concat(),
+    );
+    let metrics = worker.metrics_url().await;
+    let job = api
+        .create(&shell_job("metered", "echo metered", json!({})))
+        .await;
+    api.ticket_of_run(&job, "succeeded").await;
+    wait_for("the execution in the worker's metrics", LONG, || async {
+        let text = reqwest::get(&metrics).await.ok()?.text().await.ok()?;
+        text.lines()
+            .any(|l| {
+                l.starts_with("chronoshard_worker_executions_total{")
+                    && l.contains("queue=\"shell\"")
+                    && l.ends_with(" 1")
+            })
+            .then_some(())
+    })
+    .await
+    .unwrap();
+
+    // The same address again: taken.
+    let taken = metrics
+        .trim_start_matches("http://")
+        .trim_end_matches("/metrics")
+        .to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_chronoshard"))
+        .args([
+            "worker",
+            "--nats",
+            &p.nats_url,
+            "--id",
+            "w-n",
+            "--data",
+            data,
+        ])
+        .args(["--metrics", &taken])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains(&format!("--metrics {taken}: cannot listen there")),
+        "{said}"
+    );
+    p.stop().await.unwrap();
+}

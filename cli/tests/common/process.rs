@@ -79,6 +79,23 @@ impl Process {
         .unwrap();
     }
 
+    /// The `http://…/metrics` URL the process printed (`--metrics`), once it has.
+    pub async fn metrics_url(&self) -> String {
+        wait_for(
+            &format!("{} to print its metrics URL", self.name),
+            LONG,
+            || async {
+                self.lines().iter().find_map(|l| {
+                    let at = l.find("http://")?;
+                    let url = l[at..].split_whitespace().next()?;
+                    url.ends_with("/metrics").then(|| url.to_string())
+                })
+            },
+        )
+        .await
+        .unwrap()
+    }
+
     /// Log records (JSON lines) whose message is `message`.
     pub fn records(&self, message: &str) -> Vec<Value> {
         self.lines()

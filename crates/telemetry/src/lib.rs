@@ -1,10 +1,13 @@
 //! Logging and metrics setup shared by every chronoshard process.
 //!
 //! `metrics` owns every metric name (prefixed `chronoshard_`, documented in docs/metrics.md, used
-//! as-is by the Grafana dashboards). This crate only registers and exposes metrics; it must not
-//! decide what a component measures.
+//! as-is by the Grafana dashboards); `serve` exposes them on an address of their own. This crate
+//! only registers and exposes metrics; it must not decide what a component measures.
 
 pub mod metrics;
+mod serve;
+
+pub use serve::{serve_metrics, CONTENT_TYPE};
 
 use tracing_subscriber::{fmt, EnvFilter};
 
