@@ -101,6 +101,23 @@ ensure_postgres() {
   export CHRONOSHARD_PG_BIN="$dir"
 }
 
+# promtool and amtool, which check the alert rules and the Alertmanager config (alerts/check.sh):
+# Debian's prometheus and prometheus-alertmanager packages. Nothing they install is started here.
+ensure_prometheus_tools() {
+  if command -v promtool >/dev/null 2>&1 && command -v amtool >/dev/null 2>&1; then
+    return 0
+  fi
+  echo "installing promtool and amtool (Debian packages prometheus, prometheus-alertmanager)" >&2
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "error: need promtool and amtool on PATH to check alerts/" >&2
+    return 1
+  fi
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq \
+    --no-install-recommends prometheus prometheus-alertmanager >/dev/null
+}
+
 ensure_cargo() {
   if ! command -v cargo >/dev/null 2>&1; then
     [ -f "$HOME/.cargo/env" ] && . "$HOME/.cargo/env"

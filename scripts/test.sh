@@ -20,4 +20,6 @@ cd "$ROOT"
 if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+ensure_prometheus_tools
+bash alerts/check.sh
 cargo test --workspace --locked

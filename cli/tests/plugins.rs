@@ -526,4 +526,32 @@ async fn nodes_report_their_load_and_their_shard_limit_holds() {
     assert_eq!((owned["node-a"].len(), owned["node-c"].len()), (1, 3));
     assert_eq!(listed(&api, "least-loaded").await["active"], true);
     assert_eq!(strategy_errors(&api, "least-loaded").await, 0.0);
+
+    // node-c dies with 3 shards that no live node may take (node-a is full, node-b drained):
+    // the leader counts them as unowned until node-b is back in service.
+    let unowned = || async {
+        let (_, _, text) = api.send(Method::GET, "/metrics", None).await;
+        text.as_str()?.lines().find_map(|l| {
+            l.strip_prefix("chronoshard_shards_unowned ")?
+                .parse::<f64>()
+                .ok()
+        })
+    };
+    assert_eq!(unowned().await, Some(0.0));
+    d.nodes.get_mut("node-c").unwrap().kill9().await;
+    wait_for(
+        "the leader to count node-c's 3 shards unowned",
+        Duration::from_secs(30),
+        || async { (unowned().await == Some(3.0)).then_some(()) },
+    )
+    .await
+    .unwrap();
+    let (status, body) = api.post("/v1/nodes/node-b/undrain", &json!({})).await;
+    assert!(status < 300, "{status} {body}");
+    wait_settled(&api, &["node-a", "node-b"]).await;
+    wait_for("no unowned shard", Duration::from_secs(30), || async {
+        (unowned().await == Some(0.0)).then_some(())
+    })
+    .await
+    .unwrap();
 }

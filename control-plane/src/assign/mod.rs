@@ -132,6 +132,11 @@ impl Assigner {
             .iter()
             .map(|(a, _)| (a.shard, a.owner.clone()))
             .collect();
+        let live_ids: HashSet<&str> = live.iter().map(|n| n.node_id.as_str()).collect();
+        let unowned = (0..self.shard_count)
+            .filter(|s| !owners.get(s).is_some_and(|o| live_ids.contains(o.as_str())))
+            .count();
+        metrics::SHARDS_UNOWNED_GAUGE.set(unowned as i64);
         let settings = self.settings.borrow().settings;
         let input = plan::Input {
             shard_count: self.shard_count,

@@ -178,6 +178,10 @@ fn publish(tx: &watch::Sender<Leadership>, id: &str, elector: &Elector) {
     metrics::CONTROL_PLANE_LEADER
         .with_label_values(&[id])
         .set(leading_until.is_some() as i64);
+    if leading_until.is_none() {
+        // Only the leader counts unowned shards; a former leader's count would be stale.
+        metrics::SHARDS_UNOWNED_GAUGE.set(0);
+    }
     tx.send_if_modified(|l| {
         let changed = l.leading_until != leading_until || l.term != term || l.leader != leader;
         *l = Leadership {

@@ -39,6 +39,7 @@ pub const CLOCK_OFFSET: &str = "chronoshard_clock_offset_seconds";
 pub const SHARD_MOVES: &str = "chronoshard_shard_moves_total";
 pub const SHARDS_OPEN: &str = "chronoshard_shards_open";
 pub const STRATEGY_ERRORS: &str = "chronoshard_strategy_errors_total";
+pub const SHARDS_UNOWNED: &str = "chronoshard_shards_unowned";
 
 const LATENESS_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -287,6 +288,15 @@ pub static SHARD_MOVES_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
         SHARD_MOVES,
         "shard owner changes written by the leader",
         &["reason"]
+    )
+    .expect("metric")
+});
+/// Shards whose owner in the shard map is not a live node (or that have none), as the leader
+/// saw them at its last assignment pass; 0 on the other replicas.
+pub static SHARDS_UNOWNED_GAUGE: LazyLock<prometheus::IntGauge> = LazyLock::new(|| {
+    prometheus::register_int_gauge!(
+        SHARDS_UNOWNED,
+        "shards with no live owner at the leader's last assignment pass"
     )
     .expect("metric")
 });
