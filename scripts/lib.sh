@@ -90,13 +90,8 @@ ensure_postgres() {
     return 0
   fi
   echo "installing PostgreSQL server binaries (Debian package postgresql) for the tests" >&2
-  if ! command -v apt-get >/dev/null 2>&1; then
-    echo "error: need PostgreSQL server binaries (initdb, postgres); install them or set CHRONOSHARD_PG_BIN" >&2
-    return 1
-  fi
-  local sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql >/dev/null
+  apt_install "PostgreSQL server binaries (initdb, postgres); install them or set CHRONOSHARD_PG_BIN" \
+    postgresql || return 1
   dir=$(pg_bin_dir) || { echo "error: postgresql installed but initdb not found" >&2; return 1; }
   export CHRONOSHARD_PG_BIN="$dir"
 }
@@ -108,14 +103,21 @@ ensure_prometheus_tools() {
     return 0
   fi
   echo "installing promtool and amtool (Debian packages prometheus, prometheus-alertmanager)" >&2
+  apt_install "promtool and amtool on PATH to check alerts/" prometheus prometheus-alertmanager
+}
+
+# Installs Debian packages (as root, or with sudo); without apt-get, says that WHAT is needed.
+apt_install() {
+  local what=$1
+  shift
   if ! command -v apt-get >/dev/null 2>&1; then
-    echo "error: need promtool and amtool on PATH to check alerts/" >&2
+    echo "error: need $what" >&2
     return 1
   fi
   local sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq \
-    --no-install-recommends prometheus prometheus-alertmanager >/dev/null
+    --no-install-recommends "$@" >/dev/null
 }
 
 ensure_cargo() {
