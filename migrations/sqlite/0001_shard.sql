@@ -30,7 +30,8 @@ CREATE TABLE jobs (
 CREATE INDEX jobs_due ON jobs (next_fire_at) WHERE next_fire_at IS NOT NULL;
 CREATE INDEX jobs_tenant ON jobs (tenant, id);
 
--- One row per occurrence (job, scheduled time): the primary key is guarantee 1 of DESIGN.md §2.
+-- One row per occurrence (job, scheduled time): the primary key is what makes a second run, and so
+-- a second ticket, of one occurrence impossible (docs/architecture.md, "Guarantees").
 -- A run of consecutive missed or skipped occurrences may be one row with range_end and count.
 CREATE TABLE runs (
     job_id       TEXT    NOT NULL,

@@ -36,6 +36,49 @@ pub use views::run_status;
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
+/// SQLite migrations whose comments were reworded after databases had applied them: (version,
+/// SHA-384 of the text they applied). sqlx refuses a database whose applied text differs from
+/// the file, so such a database's record is moved to the new text; what it ran is unchanged.
+const REWORDED: &[(i64, &str)] = &[(
+    1,
+    "4374bc78090b86083ab33945b72327e0d9f602bcc2f67e6f8375c74283e8bf0d882882b841e8fe910ed72153177265fa",
+)];
+
+/// Bytes of a hex string written in this file.
+fn from_hex(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// Records a reworded migration (`REWORDED`) as applied with its current text.
+async fn accept_reworded(pool: &AnyPool, migrator: &sqlx::migrate::Migrator) -> Result<()> {
+    let applied: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+    )
+    .fetch_one(pool)
+    .await?;
+    if applied == 0 {
+        return Ok(());
+    }
+    for (version, before) in REWORDED {
+        let Some(now) = migrator.iter().find(|m| m.version == *version) else {
+            continue;
+        };
+        let before = from_hex(before);
+        sqlx::query(
+            "UPDATE _sqlx_migrations SET checksum = $1 WHERE version = $2 AND checksum = $3",
+        )
+        .bind(now.checksum.to_vec())
+        .bind(*version)
+        .bind(before)
+        .execute(pool)
+        .await?;
+    }
+    Ok(())
+}
+
 /// A write transaction on a shard database (epoch checked).
 pub(super) type Tx = Transaction<'static, Any>;
 
@@ -123,6 +166,7 @@ impl Store {
                     .test_before_acquire(false)
                     .connect_with(url.parse::<AnyConnectOptions>()?)
                     .await?;
+                accept_reworded(&pool, &SQLITE_MIGRATOR).await?;
                 (pool, Some(checkpointer), &SQLITE_MIGRATOR)
             }
             Databases::Postgres(url) => {

@@ -167,6 +167,40 @@ async fn open(db: &TestDb, epoch: u64) -> Result<Store> {
     Store::open(&db.dbs, 0, epoch, "node-a", 0).await
 }
 
+/// A shard database that applied the first migration before its comments were reworded opens
+/// as before, with its jobs, and is recorded as having applied the current text.
+#[tokio::test]
+async fn a_database_from_before_a_reworded_migration_opens_with_its_data() {
+    let db = TestDb::sqlite();
+    let s = open(&db, 1).await.unwrap();
+    let j = job("t", 1000);
+    s.create_job(&j, None).await.unwrap();
+    let (version, before) = REWORDED[0];
+    let before = from_hex(before);
+    sqlx::query("UPDATE _sqlx_migrations SET checksum = $1 WHERE version = $2")
+        .bind(before.clone())
+        .bind(version)
+        .execute(&s.pool)
+        .await
+        .unwrap();
+    s.close().await;
+
+    let s = open(&db, 2).await.expect("the older database opens");
+    assert_eq!(s.get_job(j.id).await.unwrap().unwrap().id, j.id);
+    let now: Vec<u8> =
+        sqlx::query_scalar("SELECT checksum FROM _sqlx_migrations WHERE version = $1")
+            .bind(version)
+            .fetch_one(&s.pool)
+            .await
+            .unwrap();
+    assert_ne!(now, before);
+    let file = SQLITE_MIGRATOR
+        .iter()
+        .find(|m| m.version == version)
+        .unwrap();
+    assert_eq!(now, file.checksum.to_vec());
+}
+
 async fn an_older_epoch_is_fenced_once_a_newer_owner_opens(db: TestDb) {
     let old = open(&db, 1).await.unwrap();
     let j = job("t", 1000);
