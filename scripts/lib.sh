@@ -157,36 +157,30 @@ ensure_python_nats() {
   export CHRONOSHARD_PYTHONPATH="$TOOLS/python"
 }
 
-# openapi-python-client, the generator the generated-client test runs on openapi/openapi.json,
-# installed into .tools/openapi; exports CHRONOSHARD_OPENAPI_PYTHONPATH.
-OPENAPI_PYTHON_CLIENT="openapi-python-client==0.29.1"
-ensure_openapi_client() {
-  local dir="$TOOLS/openapi"
-  if [ -n "${CHRONOSHARD_OPENAPI_PYTHONPATH:-}" ] && PYTHONPATH="$CHRONOSHARD_OPENAPI_PYTHONPATH" \
-      python3 -c 'import openapi_python_client' 2>/dev/null; then
+# A Python tool the tests drive, installed from PyPI into .tools/DIR unless VAR already names a
+# place python3 imports MODULE from; exports VAR. Usage: ensure_pip_tool VAR DIR MODULE PACKAGE.
+ensure_pip_tool() {
+  local var=$1 dir="$TOOLS/$2" module=$3 package=$4
+  if [ -n "${!var:-}" ] && PYTHONPATH="${!var}" python3 -c "import $module" 2>/dev/null; then
     return 0
   fi
-  if ! PYTHONPATH="$dir" python3 -c 'import openapi_python_client' 2>/dev/null; then
-    echo "installing $OPENAPI_PYTHON_CLIENT into $dir" >&2
-    pip_install_into "$dir" "$OPENAPI_PYTHON_CLIENT" || return 1
+  if ! PYTHONPATH="$dir" python3 -c "import $module" 2>/dev/null; then
+    echo "installing $package into $dir" >&2
+    pip_install_into "$dir" "$package" || return 1
   fi
-  export CHRONOSHARD_OPENAPI_PYTHONPATH="$dir"
+  export "$var=$dir"
 }
 
-# schemathesis, which fuzzes the API from openapi/openapi.json, installed into .tools/fuzz;
-# exports CHRONOSHARD_FUZZ_PYTHONPATH.
+# openapi-python-client, the generator the generated-client test runs on openapi/openapi.json.
+OPENAPI_PYTHON_CLIENT="openapi-python-client==0.29.1"
+ensure_openapi_client() {
+  ensure_pip_tool CHRONOSHARD_OPENAPI_PYTHONPATH openapi openapi_python_client "$OPENAPI_PYTHON_CLIENT"
+}
+
+# schemathesis, which fuzzes the API from openapi/openapi.json.
 SCHEMATHESIS="schemathesis==4.32.5"
 ensure_schemathesis() {
-  local dir="$TOOLS/fuzz"
-  if [ -n "${CHRONOSHARD_FUZZ_PYTHONPATH:-}" ] && PYTHONPATH="$CHRONOSHARD_FUZZ_PYTHONPATH" \
-      python3 -c 'import schemathesis' 2>/dev/null; then
-    return 0
-  fi
-  if ! PYTHONPATH="$dir" python3 -c 'import schemathesis' 2>/dev/null; then
-    echo "installing $SCHEMATHESIS into $dir" >&2
-    pip_install_into "$dir" "$SCHEMATHESIS" || return 1
-  fi
-  export CHRONOSHARD_FUZZ_PYTHONPATH="$dir"
+  ensure_pip_tool CHRONOSHARD_FUZZ_PYTHONPATH fuzz schemathesis "$SCHEMATHESIS"
 }
 
 # What ensure_python_nats found, for a log line: "nats-py <version> (<where>)".

@@ -76,17 +76,23 @@ async fn load(api: &Api, name: &str) -> (u16, Value) {
     api.post("/v1/plugins", &json!({ "name": name })).await
 }
 
-/// The failed passes of strategy `faulty` counted for `reason`.
-async fn faulty_errors(api: &Api, reason: &str) -> f64 {
+/// The failed passes of strategy `name`, for `reason` or every reason.
+async fn strategy_errors(api: &Api, name: &str, reason: Option<&str>) -> f64 {
     let (_, _, text) = api.send(Method::GET, "/metrics", None).await;
-    let (reason, strategy) = (format!("reason=\"{reason}\""), "strategy=\"faulty\"");
+    let strategy = format!("strategy=\"{name}\"");
+    let reason = reason.map(|r| format!("reason=\"{r}\""));
     text.as_str()
         .unwrap()
         .lines()
-        .filter(|l| l.starts_with("chronoshard_strategy_errors_total{"))
-        .filter(|l| l.contains(&reason) && l.contains(strategy))
+        .filter(|l| l.starts_with("chronoshard_strategy_errors_total{") && l.contains(&strategy))
+        .filter(|l| reason.as_ref().is_none_or(|r| l.contains(r.as_str())))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// The failed passes of strategy `faulty` counted for `reason`.
+async fn faulty_errors(api: &Api, reason: &str) -> f64 {
+    strategy_errors(api, "faulty", Some(reason)).await
 }
 
 /// Whether `faulty` failed for `reason` in two passes at least (so it was not only the first
@@ -439,18 +445,6 @@ async fn a_panicking_or_hanging_plugin_moves_no_shard_and_a_killed_node_still_fa
     );
 }
 
-/// The failed passes of strategy `name`, every reason.
-async fn strategy_errors(api: &Api, name: &str) -> f64 {
-    let (_, _, text) = api.send(Method::GET, "/metrics", None).await;
-    let strategy = format!("strategy=\"{name}\"");
-    text.as_str()
-        .unwrap()
-        .lines()
-        .filter(|l| l.starts_with("chronoshard_strategy_errors_total{") && l.contains(&strategy))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// `GET /v1/nodes` by node id.
 async fn nodes_by_id(api: &Api) -> BTreeMap<String, Value> {
     let (status, list) = api.get("/v1/nodes").await;
@@ -525,7 +519,7 @@ async fn nodes_report_their_load_and_their_shard_limit_holds() {
     let owned = wait_settled(&api, &["node-a", "node-c"]).await;
     assert_eq!((owned["node-a"].len(), owned["node-c"].len()), (1, 3));
     assert_eq!(listed(&api, "least-loaded").await["active"], true);
-    assert_eq!(strategy_errors(&api, "least-loaded").await, 0.0);
+    assert_eq!(strategy_errors(&api, "least-loaded", None).await, 0.0);
 
     // node-c dies with 3 shards that no live node may take (node-a is full, node-b drained):
     // the leader counts them as unowned until node-b is back in service.
