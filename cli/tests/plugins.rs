@@ -523,20 +523,30 @@ async fn nodes_report_their_load_and_their_shard_limit_holds() {
 
     // node-c dies with 3 shards that no live node may take (node-a is full, node-b drained):
     // the leader counts them as unowned until node-b is back in service.
+    // The shards each lost node last owned, as the leader counts them.
     let unowned = || async {
         let (_, _, text) = api.send(Method::GET, "/metrics", None).await;
-        text.as_str()?.lines().find_map(|l| {
-            l.strip_prefix("chronoshard_shards_unowned ")?
-                .parse::<f64>()
-                .ok()
-        })
+        let mut by_node = BTreeMap::new();
+        for l in text.as_str()?.lines() {
+            let Some(rest) = l.strip_prefix("chronoshard_shards_unowned{node=\"") else {
+                continue;
+            };
+            let (node, value) = rest.split_once("\"} ")?;
+            by_node.insert(node.to_string(), value.parse::<f64>().ok()?);
+        }
+        Some(by_node)
     };
-    assert_eq!(unowned().await, Some(0.0));
+    let before = unowned().await.expect("the leader's metrics");
+    assert_eq!(before.get("node-c"), Some(&0.0), "{before:?}");
+    assert!(before.values().all(|n| *n == 0.0), "{before:?}");
     d.nodes.get_mut("node-c").unwrap().kill9().await;
     wait_for(
         "the leader to count node-c's 3 shards unowned",
         Duration::from_secs(30),
-        || async { (unowned().await == Some(3.0)).then_some(()) },
+        || async {
+            let now = unowned().await?;
+            (now.get("node-c") == Some(&3.0) && now.values().sum::<f64>() == 3.0).then_some(())
+        },
     )
     .await
     .unwrap();
@@ -544,7 +554,7 @@ async fn nodes_report_their_load_and_their_shard_limit_holds() {
     assert!(status < 300, "{status} {body}");
     wait_settled(&api, &["node-a", "node-b"]).await;
     wait_for("no unowned shard", Duration::from_secs(30), || async {
-        (unowned().await == Some(0.0)).then_some(())
+        (unowned().await?.values().sum::<f64>() == 0.0).then_some(())
     })
     .await
     .unwrap();

@@ -100,6 +100,13 @@ impl Liveness {
         View::Live(live)
     }
 
+    /// How long ago each remembered node was last heard.
+    pub fn ages(&self, now: Instant) -> impl Iterator<Item = (&str, Duration)> {
+        self.nodes
+            .iter()
+            .map(move |(id, h)| (id.as_str(), now.saturating_duration_since(h.at)))
+    }
+
     /// When the next live node's TTL runs out after `now` (to look again then), if any.
     pub fn next_expiry(&self, ttl: Duration, now: Instant) -> Option<Instant> {
         self.nodes

@@ -258,6 +258,7 @@ mod tests {
                 range_end: None,
                 count: None,
                 updated_at: s2,
+                warnings: Vec::new(),
             }],
         )]);
         let c = check(&Evidence {
@@ -300,6 +301,7 @@ mod tests {
                 range_end: Some(at("2026-11-29T12:00:02Z")),
                 count: Some(3),
                 updated_at: from,
+                warnings: Vec::new(),
             }],
         )]);
         let killed = HashMap::new();

@@ -100,6 +100,13 @@ impl Assigner {
             }
             let now = Instant::now();
             let view = liveness.view(s.heartbeat_ttl.0, now);
+            if self.leadership.borrow().is_leading() {
+                let ages = &metrics::NODE_HEARTBEAT_AGE_GAUGE;
+                ages.reset();
+                for (node, age) in liveness.ages(now) {
+                    ages.with_label_values(&[node]).set(age.as_secs_f64());
+                }
+            }
             let View::Live(live) = view else {
                 continue;
             };
@@ -132,11 +139,7 @@ impl Assigner {
             .iter()
             .map(|(a, _)| (a.shard, a.owner.clone()))
             .collect();
-        let live_ids: HashSet<&str> = live.iter().map(|n| n.node_id.as_str()).collect();
-        let unowned = (0..self.shard_count)
-            .filter(|s| !owners.get(s).is_some_and(|o| live_ids.contains(o.as_str())))
-            .count();
-        metrics::SHARDS_UNOWNED_GAUGE.set(unowned as i64);
+        count_unowned(self.shard_count, &owners, live);
         let settings = self.settings.borrow().settings;
         let input = plan::Input {
             shard_count: self.shard_count,
@@ -253,6 +256,23 @@ async fn next_change(watch: &mut Option<kv::Watch>) -> Option<Change> {
             },
             Some(Err(e)) => warn!(error = %e, "node registry watch error"),
             None => return None,
+        }
+    }
+}
+
+/// Sets `chronoshard_shards_unowned`: 0 for each live node, and each shard whose owner is not
+/// live counted under that owner (`none` when it has none).
+fn count_unowned(shard_count: u32, owners: &BTreeMap<u32, String>, live: &[NodeInfo]) {
+    let gauge = &metrics::SHARDS_UNOWNED_GAUGE;
+    gauge.reset();
+    for n in live {
+        gauge.with_label_values(&[&n.node_id]).set(0);
+    }
+    let live_ids: HashSet<&str> = live.iter().map(|n| n.node_id.as_str()).collect();
+    for shard in 0..shard_count {
+        let owner = owners.get(&shard).map_or("none", String::as_str);
+        if !live_ids.contains(owner) {
+            gauge.with_label_values(&[owner]).inc();
         }
     }
 }

@@ -180,7 +180,8 @@ fn publish(tx: &watch::Sender<Leadership>, id: &str, elector: &Elector) {
         .set(leading_until.is_some() as i64);
     if leading_until.is_none() {
         // Only the leader counts unowned shards; a former leader's count would be stale.
-        metrics::SHARDS_UNOWNED_GAUGE.set(0);
+        metrics::SHARDS_UNOWNED_GAUGE.reset();
+        metrics::NODE_HEARTBEAT_AGE_GAUGE.reset();
     }
     tx.send_if_modified(|l| {
         let changed = l.leading_until != leading_until || l.term != term || l.leader != leader;

@@ -11,6 +11,7 @@
 
 mod follow;
 mod lease;
+mod live_queues;
 mod local;
 mod read;
 mod registry;
@@ -31,6 +32,7 @@ use chronoshard_wire::names;
 use tracing::{info, warn};
 
 pub use lease::{LeaseEntry, LeaseWatch};
+pub use live_queues::LiveQueues;
 pub use local::{LocalCall, LocalShards, Registration};
 
 /// How long a worker stays listed after its last heartbeat.

@@ -204,3 +204,44 @@ async fn the_active_strategy_is_created_once_swapped_and_followed() {
     assert_eq!(*followed.borrow(), next);
     stop.cancel();
 }
+
+/// The followed queues are unknown until the registry is read, then follow workers that come
+/// and go.
+#[tokio::test]
+async fn live_queues_follow_the_worker_registry() {
+    let nats = chronoshard_test_util::Nats::start().await.unwrap();
+    let cluster = Cluster::create(nats.client().await.unwrap(), &Topology::default())
+        .await
+        .unwrap();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut live = cluster.follow_live_queues(stop.clone());
+    assert!(!live.borrow().unserved("q"), "unknown is not unserved");
+    let soon = std::time::Duration::from_secs(10);
+    tokio::time::timeout(soon, live.wait_for(|l| l.unserved("q")))
+        .await
+        .expect("the registry is read within 10 s")
+        .unwrap();
+
+    let worker = WorkerInfo {
+        worker_id: "w1".into(),
+        queues: vec!["q".into(), "http".into()],
+        heartbeat_at: chrono::Utc::now(),
+        in_flight: 0,
+    };
+    cluster.heartbeat_worker(&worker).await.unwrap();
+    tokio::time::timeout(
+        soon,
+        live.wait_for(|l| !l.unserved("q") && !l.unserved("http")),
+    )
+    .await
+    .expect("the worker's queues show within 10 s")
+    .unwrap();
+    assert!(live.borrow().unserved("shell"));
+
+    cluster.forget_worker("w1").await.unwrap();
+    tokio::time::timeout(soon, live.wait_for(|l| l.unserved("q")))
+        .await
+        .expect("a worker that left stops serving within 10 s")
+        .unwrap();
+    stop.cancel();
+}

@@ -6,6 +6,7 @@
 
 pub mod metrics;
 mod serve;
+pub mod tenants;
 
 pub use serve::{serve_metrics, CONTENT_TYPE};
 

@@ -40,6 +40,8 @@ pub const SHARD_MOVES: &str = "chronoshard_shard_moves_total";
 pub const SHARDS_OPEN: &str = "chronoshard_shards_open";
 pub const STRATEGY_ERRORS: &str = "chronoshard_strategy_errors_total";
 pub const SHARDS_UNOWNED: &str = "chronoshard_shards_unowned";
+pub const TICKETS_UNSERVED: &str = "chronoshard_tickets_unserved";
+pub const NODE_HEARTBEAT_AGE: &str = "chronoshard_node_heartbeat_age_seconds";
 
 const LATENESS_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -291,12 +293,33 @@ pub static SHARD_MOVES_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
     )
     .expect("metric")
 });
-/// Shards whose owner in the shard map is not a live node (or that have none), as the leader
-/// saw them at its last assignment pass; 0 on the other replicas.
-pub static SHARDS_UNOWNED_GAUGE: LazyLock<prometheus::IntGauge> = LazyLock::new(|| {
-    prometheus::register_int_gauge!(
+/// Shards whose owner in the shard map is not a live node (or that have none), by that owner
+/// (`none`), as the leader saw them at its last assignment pass; each live node shows 0. Only
+/// the leader has series.
+pub static SHARDS_UNOWNED_GAUGE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
         SHARDS_UNOWNED,
-        "shards with no live owner at the leader's last assignment pass"
+        "shards with no live owner at the leader's last assignment pass, by their last owner",
+        &["node"]
+    )
+    .expect("metric")
+});
+/// Seconds since the leader last heard each node's heartbeat (nodes that left cleanly are
+/// dropped; a silent one is shown for 10 minutes). Only the leader has series.
+pub static NODE_HEARTBEAT_AGE_GAUGE: LazyLock<GaugeVec> = LazyLock::new(|| {
+    register_gauge_vec!(
+        NODE_HEARTBEAT_AGE,
+        "seconds since the leader last heard the node's heartbeat",
+        &["node"]
+    )
+    .expect("metric")
+});
+/// Open ticket attempts of a shard whose queue no live worker serves: they wait until one does.
+pub static TICKETS_UNSERVED_GAUGE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
+        TICKETS_UNSERVED,
+        "open ticket attempts on a queue no live worker serves",
+        &["shard"]
     )
     .expect("metric")
 });

@@ -281,6 +281,10 @@ pub struct Job {
     pub updated_at: DateTime<Utc>,
     /// The next (up to 5) times the job will fire, UTC.
     pub next_fire_times: Vec<DateTime<Utc>>,
+    /// What stands in the way of the job's runs (no live worker serves its queue); shown when
+    /// the job is created or read, never stored.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<crate::warning::Warning>,
 }
 
 /// `PATCH /v1/jobs/{id}`: the fields to change; the tenant cannot change.

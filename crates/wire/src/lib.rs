@@ -17,6 +17,7 @@ pub mod settings;
 pub mod strategy;
 pub mod ticket;
 pub mod token;
+pub mod warning;
 
 pub use duration::Dur;
 pub use job::{

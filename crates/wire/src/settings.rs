@@ -84,6 +84,12 @@ pub struct Settings {
     #[cfg_attr(feature = "clap", arg(long, default_value_t = Settings::DEFAULT.tenant_max_jobs))]
     #[serde(default = "defaults::tenant_max_jobs")]
     pub tenant_max_jobs: u64,
+    /// Tenants each process counts under their own name in the `chronoshard_tenant_*` metrics
+    /// (0-10000); later ones are counted as `(other)`, so the label stays bounded. A tenant
+    /// keeps its label until the process restarts, so lowering this affects new tenants only.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = Settings::DEFAULT.metrics_tenants))]
+    #[serde(default = "defaults::metrics_tenants")]
+    pub metrics_tenants: u32,
 }
 
 /// Values of settings added after the first release, for entries written before them.
@@ -100,6 +106,10 @@ mod defaults {
 
     pub fn tenant_max_jobs() -> u64 {
         Settings::DEFAULT.tenant_max_jobs
+    }
+
+    pub fn metrics_tenants() -> u32 {
+        Settings::DEFAULT.metrics_tenants
     }
 }
 
@@ -120,6 +130,7 @@ impl Settings {
         tenant_create_rate: 0,
         tenant_create_burst: 100,
         tenant_max_jobs: 0,
+        metrics_tenants: 100,
     };
 
     /// Checks every rule; the error names the first field that breaks one.
@@ -165,6 +176,9 @@ impl Settings {
         if !(1..=1_000_000).contains(&s.tenant_create_burst) {
             return err("tenant_create_burst", "must be between 1 and 1000000");
         }
+        if s.metrics_tenants > 10_000 {
+            return err("metrics_tenants", "must be between 0 and 10000");
+        }
         Ok(())
     }
 }
@@ -209,7 +223,7 @@ mod tests {
     #[test]
     fn each_rule_names_its_field() {
         type Change = fn(&mut Settings);
-        let cases: [(Change, &str); 11] = [
+        let cases: [(Change, &str); 12] = [
             (|s| s.heartbeat_every = ms(10), "heartbeat_every"),
             (|s| s.heartbeat_ttl = ms(900), "heartbeat_ttl"),
             (|s| s.leader_lease_ttl = ms(100), "leader_lease_ttl"),
@@ -221,6 +235,7 @@ mod tests {
             (|s| s.max_moves = 0, "max_moves"),
             (|s| s.max_clock_offset = ms(0), "max_clock_offset"),
             (|s| s.tenant_create_burst = 0, "tenant_create_burst"),
+            (|s| s.metrics_tenants = 10_001, "metrics_tenants"),
         ];
         for (change, field) in cases {
             let mut s = Settings::DEFAULT;
@@ -230,13 +245,14 @@ mod tests {
     }
 
     #[test]
-    fn an_entry_written_before_the_tenant_limits_reads_with_no_limits() {
+    fn an_entry_written_before_the_tenant_settings_reads_with_their_defaults() {
         let mut json = serde_json::to_value(Settings::DEFAULT).unwrap();
         let fields = json.as_object_mut().unwrap();
         for added in [
             "tenant_create_rate",
             "tenant_create_burst",
             "tenant_max_jobs",
+            "metrics_tenants",
         ] {
             fields.remove(added).unwrap();
         }

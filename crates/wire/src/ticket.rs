@@ -269,6 +269,9 @@ pub struct RunView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u64>,
     pub updated_at: DateTime<Utc>,
+    /// What stands in the way of a run that has not started (no live worker serves its queue).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<crate::warning::Warning>,
 }
 
 /// One attempt of a ticket.

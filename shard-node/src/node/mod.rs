@@ -17,7 +17,7 @@ use std::{
     time::Duration,
 };
 
-use chronoshard_cluster::{Cluster, Connections};
+use chronoshard_cluster::{Cluster, Connections, LiveQueues};
 use chronoshard_wire::{rpc::ShardAssignment, settings::Settings};
 use futures::StreamExt;
 use tokio::{sync::watch, task::JoinHandle};
@@ -102,11 +102,13 @@ impl ShardNode {
         // Until the cluster's settings are read the defaults apply (a control plane writes them
         // when it creates the cluster, before any node can have shards).
         let settings = membership.follow_settings(Settings::DEFAULT, shutdown.clone());
+        let live_queues = membership.follow_live_queues(shutdown.clone());
         let node = Node {
             opts,
             cluster,
             membership,
             settings,
+            live_queues,
             clock,
             running: HashMap::new(),
             desired: HashMap::new(),
@@ -125,6 +127,8 @@ struct Node {
     /// On the membership connection: heartbeats and the shard map.
     membership: Cluster,
     settings: SettingsRx,
+    /// The queues live workers serve, shared by the node's shards.
+    live_queues: watch::Receiver<LiveQueues>,
     clock: SharedClock,
     running: HashMap<u32, Running>,
     /// Shards the map assigns to this node, with their epochs.
@@ -247,6 +251,7 @@ impl Node {
                 node_id: self.opts.node_id.clone(),
                 databases: self.opts.databases.clone(),
                 settings: self.settings.clone(),
+                live_queues: self.live_queues.clone(),
                 cluster: self.cluster.clone(),
                 clock: self.clock.clone(),
                 local: self.opts.local.clone(),

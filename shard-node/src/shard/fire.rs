@@ -3,6 +3,7 @@
 //! the watchdog judge a started attempt that has not reported. Also what follows applied results
 //! (timers to arm, a buffered occurrence to release) and re-arming all of it when a shard opens.
 
+use chronoshard_telemetry::tenants;
 use chronoshard_wire::{
     from_millis, ids, trace_id_of, JobState, Overlap, ResultKind, RunStatus, Ticket, TicketResult,
     PROTOCOL_VERSION,
@@ -243,7 +244,7 @@ impl Shard {
             for nf in &p.not_fired {
                 self.metrics.not_fired(nf.status, &nf.reason, nf.count);
             }
-            self.count_fired(&out.occurrences, out.replaced);
+            self.count_fired(&job.tenant, &out.occurrences, out.replaced);
             let early: Vec<(Uuid, i64)> = out
                 .tickets
                 .iter()
@@ -321,7 +322,7 @@ impl Shard {
                 now,
             )
             .await?;
-        self.count_fired(&out.occurrences, out.replaced);
+        self.count_fired(&job.tenant, &out.occurrences, out.replaced);
         let ids = out.tickets.iter().map(|t| t.ticket_id).collect();
         self.dispatcher.publish(out.tickets);
         let fired = out
@@ -333,15 +334,24 @@ impl Shard {
         Ok((fired, ids))
     }
 
-    fn count_fired(&self, occurrences: &[(i64, Fired)], replaced: u64) {
+    fn count_fired(&self, tenant: &str, occurrences: &[(i64, Fired)], replaced: u64) {
+        let mut fired = 0;
         for (_, f) in occurrences {
             match f {
-                Fired::Ticketed => self.metrics.fires.inc(),
+                Fired::Ticketed => fired += 1,
                 Fired::Skipped(reason) => self.metrics.not_fired(RunStatus::Skipped, reason, 1),
                 Fired::Buffered | Fired::Exists => {}
             }
         }
+        self.metrics.fires.inc_by(fired);
+        self.count_tenant(&tenants::TENANT_FIRES_TOTAL, tenant, fired);
         self.metrics.replaced.inc_by(replaced);
+    }
+
+    /// Counts `n` events of `tenant`, under the label the `metrics_tenants` setting allows it.
+    fn count_tenant(&self, counter: &prometheus::IntCounterVec, tenant: &str, n: u64) {
+        let limit = self.ctx.settings.borrow().settings.metrics_tenants;
+        tenants::count(counter, &self.metrics.label, tenant, limit, n);
     }
 
     /// One ticket per item of the occurrence at `at`, first attempt.
@@ -421,6 +431,12 @@ impl Shard {
     /// Arms the timers applied results call for and releases buffered occurrences.
     pub(super) async fn follow(&mut self, applied: Applied, now: i64) -> Result<(), ShardError> {
         self.metrics.dead.inc_by(applied.dead as u64);
+        for tenant in &applied.failed_tenants {
+            self.count_tenant(&tenants::TENANT_FAILURES_TOTAL, tenant, 1);
+        }
+        for tenant in &applied.dead_tenants {
+            self.count_tenant(&tenants::TENANT_DEAD_LETTERS_TOTAL, tenant, 1);
+        }
         for f in applied.follow_ups {
             match f {
                 FollowUp::Retry {
@@ -461,6 +477,7 @@ impl Shard {
         if !tickets.is_empty() {
             debug!(job_id = %job_id, "buffered occurrence released");
             self.metrics.fires.inc();
+            self.count_tenant(&tenants::TENANT_FIRES_TOTAL, &job.tenant, 1);
             self.dispatcher.publish(tickets);
         }
         Ok(())

@@ -17,6 +17,7 @@ pub mod plan;
 mod results;
 pub mod retry;
 mod rpc;
+mod served;
 pub mod store;
 pub mod sweep;
 pub mod watchdog;
@@ -115,6 +116,8 @@ pub struct ShardContext {
     pub databases: store::Databases,
     /// The cluster's live settings (`config()` reads the shard's part).
     pub settings: SettingsRx,
+    /// The queues live workers serve: a shard warns of tickets that wait on any other.
+    pub live_queues: tokio::sync::watch::Receiver<chronoshard_cluster::LiveQueues>,
     pub cluster: chronoshard_cluster::Cluster,
     pub clock: SharedClock,
     /// This process's map of local shards, where the shard registers while it answers requests.
@@ -170,12 +173,14 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
     let dispatcher = dispatcher::start(store.clone(), ctx.clone(), stop.clone());
     let sweep = sweep::start(store.clone(), ctx.clone(), dispatcher.bell(), stop.clone());
     let checkpoints = start_checkpoints(store.clone(), stop.clone());
-    let load = load::start(store.clone(), stop.clone());
+    let served = served::Served::new(ctx.live_queues.clone(), ctx.cluster.clone());
+    let load = load::start(store.clone(), served.clone(), stop.clone());
     let (cmd_tx, cmd_rx) = mpsc::channel(1024);
     let results = results::start(store.clone(), ctx.clone(), cmd_tx.clone(), stop.clone()).await?;
     let rpc = rpc::start(
         store.clone(),
         ctx.clone(),
+        served,
         cmd_tx,
         wheel_len.clone(),
         stop.clone(),

@@ -24,6 +24,7 @@ use super::{
     compile,
     fire::Due,
     first_occurrence,
+    served::Served,
     store::{reason, CreateOutcome, Fired, JobRow, Store, StoreError},
     upcoming, Command, Shard, ShardContext, ShardError,
 };
@@ -42,6 +43,7 @@ pub(super) struct Create {
 pub(crate) async fn start(
     store: Store,
     ctx: ShardContext,
+    served: Arc<Served>,
     commands: mpsc::Sender<Command>,
     wheel_len: Arc<AtomicU64>,
     stop: CancellationToken,
@@ -61,6 +63,7 @@ pub(crate) async fn start(
     let server = Server {
         store,
         ctx,
+        served,
         commands,
         wheel_len,
     };
@@ -135,6 +138,7 @@ pub(crate) async fn start(
 struct Server {
     store: Store,
     ctx: ShardContext,
+    served: Arc<Served>,
     commands: mpsc::Sender<Command>,
     wheel_len: Arc<AtomicU64>,
 }
@@ -143,6 +147,7 @@ async fn serve(req: ShardRequest, server: &Server) -> ShardReply {
     let Server {
         store,
         ctx,
+        served,
         commands,
         wheel_len,
     } = server;
@@ -189,6 +194,7 @@ async fn serve(req: ShardRequest, server: &Server) -> ShardReply {
                         range_end: None,
                         count: None,
                         updated_at: from_millis(job.updated_at),
+                        warnings: Vec::new(),
                     });
                 }
                 runs.extend(
@@ -196,6 +202,16 @@ async fn serve(req: ShardRequest, server: &Server) -> ShardReply {
                         .runs(job_id, before.map(|b| b.timestamp_millis()), limit)
                         .await?,
                 );
+                let waiting = [
+                    RunStatus::Scheduled,
+                    RunStatus::Dispatched,
+                    RunStatus::Retrying,
+                ];
+                if let Some(warning) = served.warning(job.spec.target.queue()).await {
+                    for run in runs.iter_mut().filter(|r| waiting.contains(&r.status)) {
+                        run.warnings.push(warning.clone());
+                    }
+                }
                 ShardReply::Runs { runs }
             }
             ShardRequest::GetTicket { ticket_id } => match store.ticket(ticket_id).await? {
@@ -226,7 +242,14 @@ async fn serve(req: ShardRequest, server: &Server) -> ShardReply {
             }
         })
     };
-    read.await.unwrap_or_else(|e| error_reply(&e))
+    let mut reply = read.await.unwrap_or_else(|e| error_reply(&e));
+    if let ShardReply::Job { job, .. } = &mut reply {
+        if job.state != JobState::Deleted {
+            job.warnings
+                .extend(served.warning(job.spec.target.queue()).await);
+        }
+    }
+    reply
 }
 
 pub(super) fn not_found(what: &str) -> ShardReply {
@@ -271,6 +294,7 @@ pub(crate) fn view(row: &JobRow, shard: u32) -> Job {
         created_at: from_millis(row.created_at),
         updated_at: from_millis(row.updated_at),
         next_fire_times: next,
+        warnings: Vec::new(),
     }
 }
 
@@ -536,6 +560,7 @@ impl Shard {
             range_end: None,
             count: None,
             updated_at: from_millis(now),
+            warnings: Vec::new(),
         };
         Ok(ShardReply::Triggered { run })
     }

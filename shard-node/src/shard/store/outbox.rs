@@ -86,13 +86,17 @@ impl Store {
         Ok(n as u64)
     }
 
-    /// Ticket attempts written and not finished: waiting in the outbox or for their backoff,
-    /// queued for a worker, or running (read by the `attempts_open` index).
-    pub async fn open_attempts_count(&self) -> Result<u64> {
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM attempts WHERE finished_at IS NULL")
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(n as u64)
+    /// Ticket attempts written and not finished, per dispatch queue: waiting in the outbox or
+    /// for their backoff, queued for a worker, or running (found by the `attempts_open` index,
+    /// each joined to its ticket by primary key). Sorted by queue.
+    pub async fn open_attempts_by_queue(&self) -> Result<Vec<(String, u64)>> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT t.queue, COUNT(*) FROM attempts a JOIN tickets t ON t.id = a.ticket_id \
+             WHERE a.finished_at IS NULL GROUP BY t.queue ORDER BY t.queue",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|(q, n)| (q, n as u64)).collect())
     }
 
     /// Tickets whose current attempt was written before `before`, may be published by `now` (a

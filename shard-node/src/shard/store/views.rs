@@ -116,6 +116,7 @@ impl Store {
                     range_end: r.try_get::<Option<i64>, _>("range_end")?.map(from_millis),
                     count: r.try_get::<Option<i64>, _>("count")?.map(|c| c as u64),
                     updated_at: from_millis(r.try_get("updated_at")?),
+                    warnings: Vec::new(),
                 })
             })
             .collect()

@@ -320,6 +320,7 @@ impl Batch {
         let now = self.now;
         match (spec, f.state.as_deref()) {
             (Some(spec), Some(state)) if state != "deleted" => {
+                self.out.failed_tenants.push(spec.tenant.clone());
                 if !r.permanent && retry::allows_another(&spec.retry, made) {
                     let delay =
                         retry::delay(&spec.retry, made, retry::jitter_of(r.ticket_id, r.attempt));
@@ -358,6 +359,7 @@ impl Batch {
                         t.touched = true;
                     }
                     self.out.dead += 1;
+                    self.out.dead_tenants.push(spec.tenant.clone());
                 }
                 Ok(())
             }

@@ -68,6 +68,10 @@ pub struct Applied {
     pub changed: usize,
     /// Attempts that failed for good: their tickets are dead letters now.
     pub dead: usize,
+    /// The tenant of each failed attempt of a live job's current attempt, and of each dead
+    /// letter (`dead` of them), for the tenant-labelled metrics.
+    pub failed_tenants: Vec<String>,
+    pub dead_tenants: Vec<String>,
     pub follow_ups: Vec<FollowUp>,
     /// The jobs of `RunEnded` follow-ups that held a buffered occurrence (`overlap: buffer_one`)
     /// when the results were applied: only their release can fire anything. A job without one

@@ -204,17 +204,17 @@ async fn an_attempt_is_in_flight_from_its_fire_until_its_final_result(db: TestDb
     for j in [&a, &b] {
         s.create_job(j, None).await.unwrap();
     }
-    assert_eq!(s.open_attempts_count().await.unwrap(), 0);
+    assert_eq!(s.open_attempts_by_queue().await.unwrap(), []);
     let (ta, tb) = (fired(&s, &a, 1000).await, fired(&s, &b, 1000).await);
     // Unpublished, then published: in flight either way.
-    assert_eq!(s.open_attempts_count().await.unwrap(), 2);
+    assert_eq!(s.open_attempts_by_queue().await.unwrap(), [("q".into(), 2)]);
     published(&s, &ta, 1, 1001).await;
     s.apply_results(&[report(&ta, 1, ResultKind::Started, 1500)], 1500)
         .await
         .unwrap();
     assert_eq!(
-        s.open_attempts_count().await.unwrap(),
-        2,
+        s.open_attempts_by_queue().await.unwrap(),
+        [("q".into(), 2)],
         "started is running"
     );
     s.apply_results(
@@ -226,7 +226,7 @@ async fn an_attempt_is_in_flight_from_its_fire_until_its_final_result(db: TestDb
     )
     .await
     .unwrap();
-    assert_eq!(s.open_attempts_count().await.unwrap(), 0);
+    assert_eq!(s.open_attempts_by_queue().await.unwrap(), []);
 }
 
 store_tests!(
