@@ -478,3 +478,135 @@ fn api_traffic(d: &Deployment) -> Arc<AtomicBool> {
     });
     on
 }
+
+/// `bash scripts/monitor.sh ARGS`, its output collected; SIGTERM (which stops its Prometheus and
+/// Alertmanager) on drop.
+struct Script {
+    child: std::process::Child,
+    out: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Script {
+    fn start(args: &[&str]) -> Script {
+        let mut child = std::process::Command::new("bash")
+            .arg(repo().join("scripts/monitor.sh"))
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = Arc::new(std::sync::Mutex::new(Vec::new()));
+        for from in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let into = out.clone();
+            std::thread::spawn(move || {
+                use std::io::BufRead;
+                for line in std::io::BufReader::new(from).lines().map_while(Result::ok) {
+                    into.lock().unwrap().push(line);
+                }
+            });
+        }
+        Script { child, out }
+    }
+
+    fn output(&self) -> String {
+        self.out.lock().unwrap().join("\n")
+    }
+
+    fn terminate(&self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    }
+}
+
+impl Drop for Script {
+    fn drop(&mut self) {
+        self.terminate();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- scripts/monitor.sh said ---\n{}", self.output());
+        }
+    }
+}
+
+fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+/// scripts/monitor.sh beside a dev platform: its Prometheus scrapes dev's /metrics and has the
+/// alert rules loaded, its Alertmanager is ready and known to Prometheus; SIGTERM stops both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_monitor_script_watches_a_dev_platform_with_prometheus_and_alertmanager() {
+    let dir = tempfile::tempdir().unwrap();
+    let platform = common::platform(&dir.path().join("dev")).await;
+    let dev = platform.url.trim_start_matches("http://").to_string();
+    let (prom_addr, am_addr) = (free_addr(), free_addr());
+    let state = dir.path().join("monitor");
+    let script = Script::start(&[
+        "--target",
+        &dev,
+        "--state",
+        state.to_str().unwrap(),
+        "--prometheus",
+        &prom_addr,
+        "--alertmanager",
+        &am_addr,
+        "--scrape-interval",
+        "1s",
+    ]);
+    wait_for("monitor.sh to say it is up", common::LONG, || async {
+        script.output().contains("Ctrl-C stops both").then_some(())
+    })
+    .await
+    .unwrap();
+    let out = script.output();
+    for said in [&prom_addr, &am_addr, "grafana/README.md"] {
+        assert!(out.contains(said), "{said} in:\n{out}");
+    }
+    let prom =
+        chronoshard_test_util::prometheus::Client::new(&format!("http://{prom_addr}")).unwrap();
+    let wait = Duration::from_secs(20);
+    prom.wait_target_up(&format!("http://{dev}/metrics"), wait)
+        .await
+        .unwrap();
+    let leader = prom
+        .query("chronoshard_control_plane_leader")
+        .await
+        .unwrap();
+    assert_eq!(leader.len(), 1, "dev's one replica: {leader:?}");
+    let rules = prom.api("/api/v1/rules", &[]).await.unwrap();
+    let alerts: Vec<&str> = rules["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert!(alerts.contains(&"ChronoshardNoLeader"), "{alerts:?}");
+    // Prometheus finds its Alertmanager through discovery, within its 5 s update period.
+    wait_for("prometheus to know the alertmanager", wait, || async {
+        let am = prom.api("/api/v1/alertmanagers", &[]).await.ok()?;
+        am["activeAlertmanagers"]
+            .as_array()?
+            .iter()
+            .any(|a| a["url"].as_str().is_some_and(|u| u.contains(&am_addr)))
+            .then_some(())
+    })
+    .await
+    .unwrap();
+    let am = reqwest::get(format!("http://{am_addr}/-/ready"))
+        .await
+        .unwrap();
+    assert_eq!(am.status(), 200);
+
+    script.terminate();
+    wait_for("both servers to stop", wait, || async {
+        let p = reqwest::get(format!("http://{prom_addr}/-/ready")).await;
+        let a = reqwest::get(format!("http://{am_addr}/-/ready")).await;
+        (p.is_err() && a.is_err()).then_some(())
+    })
+    .await
+    .unwrap();
+}

@@ -2,7 +2,8 @@
 //! temp dir, its TSDB in that dir, listening on a free loopback port, scraping the given targets
 //! every second and, when asked, evaluating rule files every second and sending alerts to an
 //! Alertmanager. Killed on drop. It never uses or touches a Prometheus the machine already runs
-//! (Debian's package may start one as a service).
+//! (Debian's package may start one as a service). `Client` asks any Prometheus's HTTP API, this
+//! fixture's or one a script under test started.
 //!
 //! Binary: `$CHRONOSHARD_PROMETHEUS`, else `prometheus` on PATH (Debian's `prometheus` package;
 //! `ensure_prometheus_tools` in scripts/lib.sh installs it and sets the variable).
@@ -81,14 +82,27 @@ pub struct Sample {
     pub value: f64,
 }
 
-/// A running Prometheus.
+/// A running Prometheus; its HTTP API through `Deref` to `Client`.
 #[derive(Debug)]
 pub struct Prometheus {
-    /// `http://127.0.0.1:PORT`.
-    pub url: String,
+    client: Client,
     child: tokio::process::Child,
-    http: reqwest::Client,
     dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for Prometheus {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
+/// The HTTP API of a Prometheus: this fixture's, or one a script under test started.
+#[derive(Clone, Debug)]
+pub struct Client {
+    /// `http://HOST:PORT`.
+    pub url: String,
+    http: reqwest::Client,
 }
 
 impl Prometheus {
@@ -121,32 +135,16 @@ impl Prometheus {
             .spawn()
             .map_err(io(&format!("starting {}", binary.display())))?;
         let prometheus = Prometheus {
-            url: format!("http://127.0.0.1:{port}"),
+            client: Client::new(&format!("http://127.0.0.1:{port}"))?,
             child,
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(10))
-                .build()
-                .map_err(|source| PrometheusError::Http {
-                    what: "for a client".into(),
-                    source,
-                })?,
             dir,
         };
-        prometheus.ready().await?;
-        Ok(prometheus)
-    }
-
-    async fn ready(&self) -> Result<()> {
-        let ready = format!("{}/-/ready", self.url);
-        let waited = crate::wait_for("prometheus /-/ready", Duration::from_secs(30), || async {
-            let resp = self.http.get(&ready).send().await.ok()?;
-            resp.status().is_success().then_some(())
-        })
-        .await;
-        waited.map_err(|e| PrometheusError::NotReady {
+        let ready = prometheus.wait_ready(Duration::from_secs(30)).await;
+        ready.map_err(|e| PrometheusError::NotReady {
             reason: e.to_string(),
-            log: self.log_tail(),
-        })
+            log: prometheus.log_tail(),
+        })?;
+        Ok(prometheus)
     }
 
     /// The last lines Prometheus logged, for a failure message.
@@ -160,6 +158,34 @@ impl Prometheus {
     /// The directory holding its config, log and data.
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+}
+
+impl Client {
+    /// A client of the Prometheus at `url` (`http://HOST:PORT`).
+    pub fn new(url: &str) -> Result<Client> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(10))
+            .build();
+        Ok(Client {
+            url: url.trim_end_matches('/').to_string(),
+            http: http.map_err(|source| PrometheusError::Http {
+                what: "for a client".into(),
+                source,
+            })?,
+        })
+    }
+
+    /// Waits until `/-/ready` answers 200: the config is loaded and the TSDB open.
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<()> {
+        let ready = format!("{}/-/ready", self.url);
+        let what = format!("{ready} to answer 200");
+        crate::wait_for(&what, timeout, || async {
+            let resp = self.http.get(&ready).send().await.ok()?;
+            resp.status().is_success().then_some(())
+        })
+        .await
+        .map_err(|_| PrometheusError::Timeout(timeout, what))
     }
 
     /// Evaluates `expr` now (`/api/v1/query`): one sample per series of an instant vector, one
@@ -239,8 +265,8 @@ impl Prometheus {
         .map_err(|_| PrometheusError::Timeout(timeout, what))
     }
 
-    /// GETs an API path and returns its `data`, or the error Prometheus gave.
-    async fn api(&self, path: &str, params: &[(&str, &str)]) -> Result<Value> {
+    /// GETs an API path (`/api/v1/rules`) and returns its `data`, or the error Prometheus gave.
+    pub async fn api(&self, path: &str, params: &[(&str, &str)]) -> Result<Value> {
         let what = format!("{path} {params:?}");
         let http = |source| PrometheusError::Http {
             what: what.clone(),
