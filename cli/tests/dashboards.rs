@@ -256,13 +256,14 @@ async fn every_panel_of_every_dashboard_shows_data_from_a_platform_under_load() 
         );
     }
     for b in &boards {
-        for q in &b.queries {
-            let unknown: Vec<String> = metric_names(&q.expr)
+        let panels = b.queries.iter().map(|q| (&q.panel, &q.expr));
+        for (place, expr) in panels.chain(&b.variables) {
+            let unknown: Vec<String> = metric_names(expr)
                 .into_iter()
                 .filter(|n| !defined.contains(n))
                 .filter(|n| !(tenants_pending && TENANT_METRICS.contains(&n.as_str())))
                 .collect();
-            assert!(unknown.is_empty(), "{}: {}: {unknown:?}", b.file, q.panel);
+            assert!(unknown.is_empty(), "{}: {place}: {unknown:?}", b.file);
         }
     }
     let pending: Vec<Dashboard> = if tenants_pending {
