@@ -245,64 +245,12 @@ async fn has_data(prom: &Prometheus, expr: &str) -> Result<bool, String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_panel_of_every_dashboard_shows_data_from_a_platform_under_load() {
-    let defined = defined_metrics();
-    let mut boards = dashboards();
-    assert_eq!(boards.len(), 5, "overview, shards, workers, api, tenants");
-    let tenants_pending = TENANT_METRICS.iter().any(|m| !defined.contains(*m));
-    if tenants_pending {
-        eprintln!(
-            "NOT CHECKED: the tenants dashboard, until {TENANT_METRICS:?} are defined in \
-             crates/telemetry/src/metrics.rs and docs/metrics.md"
-        );
-    }
-    for b in &boards {
-        let panels = b.queries.iter().map(|q| (&q.panel, &q.expr));
-        for (place, expr) in panels.chain(&b.variables) {
-            let unknown: Vec<String> = metric_names(expr)
-                .into_iter()
-                .filter(|n| !defined.contains(n))
-                .filter(|n| !(tenants_pending && TENANT_METRICS.contains(&n.as_str())))
-                .collect();
-            assert!(unknown.is_empty(), "{}: {place}: {unknown:?}", b.file);
-        }
-    }
-    let pending: Vec<Dashboard> = if tenants_pending {
-        let (pending, checked) = boards.into_iter().partition(|b| b.file == "tenants.json");
-        boards = checked;
-        pending
-    } else {
-        Vec::new()
-    };
-
+    let (boards, pending) = checked_dashboards();
     let dir = tempfile::tempdir().unwrap();
-    let mut d = Deployment::start(1).await;
-    d.control_plane("cp-1", &["--shards", "4"]).await;
-    let metrics = ["--metrics", "127.0.0.1:0"];
-    d.node_with("node-a", &metrics).await;
-    d.node_with("node-b", &metrics).await;
-    d.worker_with("worker-1", dir.path(), &metrics);
-    let api = d.api("cp-1");
-    wait_settled(&api, &["node-a", "node-b"]).await;
-    let mut targets = vec![Target::new(
-        "control-plane",
-        &format!("{}/metrics", d.control_planes["cp-1"].1),
-    )];
-    for (job, p) in d.nodes.values().map(|p| ("shard-node", p)) {
-        targets.push(Target::new(job, &p.metrics_url().await));
-    }
-    targets.push(Target::new(
-        "worker",
-        &d.workers["worker-1"].metrics_url().await,
-    ));
-    let prom = Prometheus::start(PrometheusOptions {
-        targets,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let (d, prom) = watched_platform(dir.path()).await;
     let started = Instant::now();
     prom.wait_all_up(Duration::from_secs(20)).await.unwrap();
-
+    let api = d.api("cp-1");
     let sinks = load(&d, &api).await;
     let traffic = api_traffic(&d);
     let range = || format!("{}s", started.elapsed().as_secs().max(10));
@@ -315,39 +263,23 @@ async fn every_panel_of_every_dashboard_shows_data_from_a_platform_under_load() 
         .await
         .unwrap();
     }
-    // Every query of every dashboard, until each has data (or the deadline says which lack it).
     let all: Vec<(&PanelQuery, &BTreeMap<String, String>)> = boards
         .iter()
         .flat_map(|b| b.queries.iter().map(move |q| (q, &b.variables)))
         .collect();
+    // Until every query has data, or the deadline: then the list says which lack it.
     let waited = wait_for(
         "every panel query to return data",
         Duration::from_secs(60),
         || async {
-            for (q, vars) in &all {
-                if !has_data(&prom, &substitute(&q.expr, vars, &range()))
-                    .await
-                    .unwrap_or(false)
-                {
-                    return None;
-                }
-            }
-            Some(())
+            failing(&prom, &all, &range())
+                .await
+                .is_empty()
+                .then_some(())
         },
     )
     .await;
-    let mut failed = Vec::new();
-    for (q, vars) in &all {
-        let expr = substitute(&q.expr, vars, &range());
-        match has_data(&prom, &expr).await {
-            Ok(true) => {}
-            Ok(false) => failed.push(format!(
-                "{} / {} / {}: no data: {expr}",
-                q.dashboard, q.panel, q.ref_id
-            )),
-            Err(e) => failed.push(format!("{} / {} / {}: {e}", q.dashboard, q.panel, q.ref_id)),
-        }
-    }
+    let failed = failing(&prom, &all, &range()).await;
     assert!(
         waited.is_ok() && failed.is_empty(),
         "{} of {} panel queries fail:\n{}",
@@ -367,11 +299,12 @@ async fn every_panel_of_every_dashboard_shows_data_from_a_platform_under_load() 
             eprintln!("{}: ${name} = {values:?}", b.file);
         }
     }
-    // Without the metrics they query, the pending dashboard's queries are still valid PromQL.
-    for q in pending.iter().flat_map(|b| &b.queries) {
-        let expr = substitute(&q.expr, &pending[0].variables, &range());
-        let valid = has_data(&prom, &expr).await;
-        assert!(valid.is_ok(), "{} / {}: {valid:?}", q.dashboard, q.panel);
+    // Without the metrics they query, a pending dashboard's queries are still valid PromQL.
+    for b in &pending {
+        for q in &b.queries {
+            let valid = has_data(&prom, &substitute(&q.expr, &b.variables, &range())).await;
+            assert!(valid.is_ok(), "{} / {}: {valid:?}", q.dashboard, q.panel);
+        }
     }
     traffic.store(false, Ordering::Relaxed);
     eprintln!(
@@ -384,6 +317,83 @@ async fn every_panel_of_every_dashboard_shows_data_from_a_platform_under_load() 
         sinks[0].requests().len(),
         sinks[1].requests().len()
     );
+}
+
+/// Every dashboard, once each metric name it uses is known to be defined: those to check
+/// against the platform, and those whose metrics are not defined yet (the tenants dashboard,
+/// until `TENANT_METRICS` are).
+fn checked_dashboards() -> (Vec<Dashboard>, Vec<Dashboard>) {
+    let defined = defined_metrics();
+    let boards = dashboards();
+    assert_eq!(boards.len(), 5, "overview, shards, workers, api, tenants");
+    let tenants_pending = TENANT_METRICS.iter().any(|m| !defined.contains(*m));
+    if tenants_pending {
+        eprintln!(
+            "NOT CHECKED: the tenants dashboard, until {TENANT_METRICS:?} are defined in \
+             crates/telemetry/src/metrics.rs and docs/metrics.md"
+        );
+    }
+    for b in &boards {
+        let panels = b.queries.iter().map(|q| (&q.panel, &q.expr));
+        for (place, expr) in panels.chain(&b.variables) {
+            let unknown: Vec<String> = metric_names(expr)
+                .into_iter()
+                .filter(|n| !defined.contains(n))
+                .filter(|n| !(tenants_pending && TENANT_METRICS.contains(&n.as_str())))
+                .collect();
+            assert!(unknown.is_empty(), "{}: {place}: {unknown:?}", b.file);
+        }
+    }
+    boards
+        .into_iter()
+        .partition(|b| !(tenants_pending && b.file == "tenants.json"))
+}
+
+/// A control plane, two shard nodes and a worker, each a process serving its /metrics, and a
+/// Prometheus scraping all four.
+async fn watched_platform(dir: &Path) -> (Deployment, Prometheus) {
+    let mut d = Deployment::start(1).await;
+    d.control_plane("cp-1", &["--shards", "4"]).await;
+    let metrics = ["--metrics", "127.0.0.1:0"];
+    d.node_with("node-a", &metrics).await;
+    d.node_with("node-b", &metrics).await;
+    d.worker_with("worker-1", dir, &metrics);
+    wait_settled(&d.api("cp-1"), &["node-a", "node-b"]).await;
+    let control_plane = format!("{}/metrics", d.control_planes["cp-1"].1);
+    let mut targets = vec![Target::new("control-plane", &control_plane)];
+    for p in d.nodes.values() {
+        targets.push(Target::new("shard-node", &p.metrics_url().await));
+    }
+    let worker = d.workers["worker-1"].metrics_url().await;
+    targets.push(Target::new("worker", &worker));
+    let options = PrometheusOptions {
+        targets,
+        ..Default::default()
+    };
+    let prom = Prometheus::start(options).await.unwrap();
+    (d, prom)
+}
+
+/// The queries that have no data now or that Prometheus refuses, each with why.
+async fn failing(
+    prom: &Prometheus,
+    all: &[(&PanelQuery, &BTreeMap<String, String>)],
+    range: &str,
+) -> Vec<String> {
+    let mut failed = Vec::new();
+    for (q, vars) in all {
+        let expr = substitute(&q.expr, vars, range);
+        let why = match has_data(prom, &expr).await {
+            Ok(true) => continue,
+            Ok(false) => format!("no data: {expr}"),
+            Err(e) => e,
+        };
+        failed.push(format!(
+            "{} / {} / {}: {why}",
+            q.dashboard, q.panel, q.ref_id
+        ));
+    }
+    failed
 }
 
 /// A query that falls back to `or vector(0)` and has no data without it counts an event the
