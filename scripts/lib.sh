@@ -96,14 +96,30 @@ ensure_postgres() {
   export CHRONOSHARD_PG_BIN="$dir"
 }
 
-# promtool and amtool, which check the alert rules and the Alertmanager config (alerts/check.sh):
-# Debian's prometheus and prometheus-alertmanager packages. Nothing they install is started here.
-ensure_prometheus_tools() {
-  if command -v promtool >/dev/null 2>&1 && command -v amtool >/dev/null 2>&1; then
-    return 0
+# Prometheus and Alertmanager: promtool and amtool check the alert rules and the Alertmanager
+# config (alerts/check.sh); the servers run in tests (crates/test-util's Prometheus fixture) and
+# in scripts/monitor.sh, each with its own config, data dir and port. Debian's prometheus and
+# prometheus-alertmanager packages; the services they may start are never used or touched.
+# Exports CHRONOSHARD_PROMETHEUS and CHRONOSHARD_ALERTMANAGER (Debian names the binary
+# prometheus-alertmanager, upstream alertmanager), unless they already name a binary.
+prometheus_tools_found() {
+  command -v promtool >/dev/null 2>&1 && command -v amtool >/dev/null 2>&1 || return 1
+  if [ ! -x "${CHRONOSHARD_PROMETHEUS:-}" ]; then
+    CHRONOSHARD_PROMETHEUS=$(command -v prometheus) || return 1
   fi
-  echo "installing promtool and amtool (Debian packages prometheus, prometheus-alertmanager)" >&2
-  apt_install "promtool and amtool on PATH to check alerts/" prometheus prometheus-alertmanager
+  if [ ! -x "${CHRONOSHARD_ALERTMANAGER:-}" ]; then
+    CHRONOSHARD_ALERTMANAGER=$(command -v prometheus-alertmanager || command -v alertmanager) ||
+      return 1
+  fi
+  export CHRONOSHARD_PROMETHEUS CHRONOSHARD_ALERTMANAGER
+}
+
+ensure_prometheus_tools() {
+  prometheus_tools_found && return 0
+  echo "installing Prometheus and Alertmanager (Debian packages prometheus, prometheus-alertmanager)" >&2
+  apt_install "prometheus, promtool, alertmanager and amtool on PATH" \
+    prometheus prometheus-alertmanager || return 1
+  prometheus_tools_found || { echo "error: prometheus or alertmanager not found after installing" >&2; return 1; }
 }
 
 # Installs Debian packages (as root, or with sudo); without apt-get, says that WHAT is needed.

@@ -21,5 +21,6 @@ if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 ensure_prometheus_tools
+echo "using prometheus: $CHRONOSHARD_PROMETHEUS, alertmanager: $CHRONOSHARD_ALERTMANAGER"
 bash alerts/check.sh
 cargo test --workspace --locked

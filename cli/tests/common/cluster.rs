@@ -124,22 +124,26 @@ impl Deployment {
 
     /// Starts a worker that may call the sink on loopback.
     pub fn worker(&mut self, id: &str, data: &std::path::Path) {
+        self.worker_with(id, data, &[]);
+    }
+
+    /// Like `worker`, with more flags (`--metrics ADDR`).
+    pub fn worker_with(&mut self, id: &str, data: &std::path::Path, extra: &[&str]) {
         let nats = self.nats.url();
         let data = data.join(id);
-        let p = Process::start(
+        let mut args = vec![
+            "worker",
+            "--id",
             id,
-            &[
-                "worker",
-                "--id",
-                id,
-                "--nats",
-                &nats,
-                "--data",
-                data.to_str().unwrap(),
-                "--http-allow",
-                "127.0.0.1",
-            ],
-        );
+            "--nats",
+            &nats,
+            "--data",
+            data.to_str().unwrap(),
+            "--http-allow",
+            "127.0.0.1",
+        ];
+        args.extend_from_slice(extra);
+        let p = Process::start(id, &args);
         self.workers.insert(id.to_string(), p);
     }
 

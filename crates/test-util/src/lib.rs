@@ -1,6 +1,7 @@
 //! Test fixtures with real components: a nats-server with JetStream on a free port and a temp
-//! store (killed on drop), a PostgreSQL server of its own (`postgres`), an HTTP sink that records
-//! what executors send, and waiting for a condition with a deadline instead of sleeping.
+//! store (killed on drop), a PostgreSQL server of its own (`postgres`), a Prometheus scraping
+//! what a test names (`prometheus`), an HTTP sink that records what executors send, and waiting
+//! for a condition with a deadline instead of sleeping.
 //!
 //! Fixtures start their own servers; they never use or touch services the machine already runs.
 
@@ -16,8 +17,10 @@ use axum::{extract::State, http::StatusCode, routing::any, Router};
 
 mod nats_cluster;
 mod postgres;
+pub mod prometheus;
 pub use nats_cluster::NatsCluster;
 pub use postgres::Postgres;
+pub use prometheus::{Prometheus, PrometheusOptions};
 
 /// A nats-server with JetStream, started for one test.
 #[derive(Debug)]
@@ -63,6 +66,7 @@ pub struct Recorded {
 struct SinkState {
     requests: Arc<Mutex<Vec<Recorded>>>,
     status: Arc<Mutex<u16>>,
+    delay: Arc<Mutex<Duration>>,
 }
 
 /// An HTTP server on 127.0.0.1:0 that records every request and answers with a set status.
@@ -77,6 +81,7 @@ impl HttpSink {
         let state = SinkState {
             requests: Default::default(),
             status: Arc::new(Mutex::new(200)),
+            delay: Default::default(),
         };
         let app = Router::new()
             .fallback(any(record))
@@ -97,6 +102,11 @@ impl HttpSink {
     /// The status code answered from now on.
     pub fn respond_with(&self, status: u16) {
         *self.state.status.lock().expect("lock") = status;
+    }
+
+    /// How long each answer waits from now on, as a slow target's would.
+    pub fn respond_after(&self, delay: Duration) {
+        *self.state.delay.lock().expect("lock") = delay;
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
@@ -133,6 +143,9 @@ async fn record(State(state): State<SinkState>, req: axum::extract::Request) -> 
         received_at: std::time::SystemTime::now(),
     });
     let status = *state.status.lock().expect("lock");
+    let delay = *state.delay.lock().expect("lock");
+    // The target's own slowness, which the test asked for; nothing waits on it.
+    tokio::time::sleep(delay).await;
     StatusCode::from_u16(status).unwrap_or(StatusCode::OK)
 }
 
