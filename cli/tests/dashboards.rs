@@ -21,7 +21,7 @@ use std::{
 };
 
 use chronoshard_test_util::{
-    prometheus::{Prometheus, PrometheusOptions, Target},
+    prometheus::{Prometheus, PrometheusOptions},
     HttpSink,
 };
 use common::{
@@ -334,15 +334,8 @@ async fn watched_platform(dir: &Path) -> (Deployment, Prometheus) {
     d.node_with("node-b", &metrics).await;
     d.worker_with("worker-1", dir, &metrics);
     wait_settled(&d.api("cp-1"), &["node-a", "node-b"]).await;
-    let control_plane = format!("{}/metrics", d.control_planes["cp-1"].1);
-    let mut targets = vec![Target::new("control-plane", &control_plane)];
-    for p in d.nodes.values() {
-        targets.push(Target::new("shard-node", &p.metrics_url().await));
-    }
-    let worker = d.workers["worker-1"].metrics_url().await;
-    targets.push(Target::new("worker", &worker));
     let options = PrometheusOptions {
-        targets,
+        targets: d.metrics_targets().await,
         ..Default::default()
     };
     let prom = Prometheus::start(options).await.unwrap();

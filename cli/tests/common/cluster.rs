@@ -147,6 +147,24 @@ impl Deployment {
         self.workers.insert(id.to_string(), p);
     }
 
+    /// Every process's `/metrics` as a Prometheus scrape target, under its role as the job:
+    /// the control planes' API, and the shard nodes and workers started with `--metrics`.
+    pub async fn metrics_targets(&self) -> Vec<chronoshard_test_util::prometheus::Target> {
+        use chronoshard_test_util::prometheus::Target;
+        let mut targets: Vec<Target> = self
+            .control_planes
+            .values()
+            .map(|(_, url)| Target::new("control-plane", &format!("{url}/metrics")))
+            .collect();
+        for p in self.nodes.values() {
+            targets.push(Target::new("shard-node", &p.metrics_url().await));
+        }
+        for p in self.workers.values() {
+            targets.push(Target::new("worker", &p.metrics_url().await));
+        }
+        targets
+    }
+
     /// A client of one replica's API.
     pub fn api(&self, replica: &str) -> Api {
         Api::at(&self.control_planes[replica].1, TOKEN)

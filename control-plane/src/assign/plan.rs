@@ -142,10 +142,22 @@ pub fn strategy_input(
 
 /// Where every shard should be when the strategy gave no answer: a shard whose owner is live
 /// and takes shards stays there; every other one (no owner, its owner lost, draining or off
-/// the clock) goes, in shard order, to the node that takes shards and holds the fewest (ties
-/// by id), the placing step of the built-in `balanced`. Failover never waits for a strategy,
-/// and nothing moves for balance until the strategy answers again.
+/// the clock) goes, in shard order, to the node that takes shards, has room under its
+/// `max_shards` and holds the fewest (ties by id), the placing step of the built-in `balanced`.
+/// A shard no node has room for stays with its owner, unowned while that owner is lost: a node's
+/// limit is never exceeded. Failover never waits for a strategy, and nothing moves for balance
+/// until the strategy answers again.
 pub fn fallback(input: &Input) -> Assignment {
+    let limits: BTreeMap<&str, usize> = input
+        .live
+        .iter()
+        .map(|n| {
+            (
+                n.node_id.as_str(),
+                n.max_shards.map_or(usize::MAX, |m| m as usize),
+            )
+        })
+        .collect();
     let mut held: BTreeMap<&str, usize> = input
         .live
         .iter()
@@ -164,19 +176,26 @@ pub fn fallback(input: &Input) -> Assignment {
         }
     }
     for shard in homeless {
-        // The first of the fewest: the map iterates in id order.
+        // The first of the fewest with room: the map iterates in id order.
         let mut fewest: Option<(&str, usize)> = None;
         for (&node, &n) in &held {
-            if fewest.is_none_or(|(_, least)| n < least) {
+            if n < limits[node] && fewest.is_none_or(|(_, least)| n < least) {
                 fewest = Some((node, n));
             }
         }
-        let Some((node, _)) = fewest else {
-            // No node takes shards: where they are is all there is (`plan` moves nothing).
-            return input.owners.clone();
-        };
-        *held.entry(node).or_default() += 1;
-        out.insert(shard, node.to_string());
+        match fewest {
+            Some((node, _)) => {
+                *held.entry(node).or_default() += 1;
+                out.insert(shard, node.to_string());
+            }
+            // No node with room takes shards: the shard stays where it is (`plan` moves
+            // nothing for it).
+            None => {
+                if let Some(owner) = input.owners.get(&shard) {
+                    out.insert(shard, owner.clone());
+                }
+            }
+        }
     }
     out
 }

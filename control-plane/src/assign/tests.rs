@@ -316,13 +316,7 @@ fn the_fallback_keeps_what_has_a_live_owner_and_gives_the_rest_to_the_emptiest_n
     let desired = fallback(&input);
     // a keeps its three, however uneven; b, the emptiest, takes the homeless ones until it
     // holds as many as a.
-    let on = |n: &str| {
-        desired
-            .iter()
-            .filter(|(_, o)| *o == n)
-            .map(|(s, _)| *s)
-            .collect::<Vec<_>>()
-    };
+    let on = |n: &str| held_by(&desired, n);
     assert_eq!(on("b"), [3, 4, 5]);
     // Then a and b hold three each: the last one goes to the lower id.
     assert_eq!(on("a"), [0, 1, 2, 6]);
@@ -345,4 +339,50 @@ fn the_fallback_keeps_what_has_a_live_owner_and_gives_the_rest_to_the_emptiest_n
         ..input
     };
     assert_eq!(fallback(&stuck), o);
+}
+
+/// A node's `max_shards` holds in the fallback too: a lost node's shards that no live node has
+/// room for stay with it, unowned, rather than overfill a node.
+#[test]
+fn the_fallback_never_fills_a_node_past_its_limit() {
+    let mut a = node("a", &[0, 1], None);
+    a.max_shards = Some(3);
+    let live = [a, node("b", &[2], None)];
+    let mut full_b = live.clone();
+    full_b[1].max_shards = Some(1);
+    // 3, 4 and 5 are on the lost node x.
+    let o = owners(&[(0, "a"), (1, "a"), (2, "b"), (3, "x"), (4, "x"), (5, "x")]);
+    let draining = HashSet::new();
+    let input = Input {
+        shard_count: 6,
+        owners: &o,
+        live: &full_b,
+        draining: &draining,
+        settings: &Settings::DEFAULT,
+        min_nodes: 1,
+    };
+    let desired = fallback(&input);
+    let on = |n: &str| held_by(&desired, n);
+    assert_eq!(
+        (on("a"), on("b"), on("x")),
+        (vec![0, 1, 3], vec![2], vec![4, 5])
+    );
+    let moves = plan(&input, &desired);
+    let moved: Vec<(u32, &str)> = moves.iter().map(|m| (m.shard, m.to.as_str())).collect();
+    assert_eq!(moved, [(3, "a")]);
+    // With room on b, every lost shard finds a home.
+    let free = Input {
+        live: &live[..],
+        ..input
+    };
+    assert!(fallback(&free).values().all(|o| o != "x"));
+}
+
+/// The shards `desired` gives to `node`, in order.
+fn held_by(desired: &Assignment, node: &str) -> Vec<u32> {
+    desired
+        .iter()
+        .filter(|(_, o)| *o == node)
+        .map(|(s, _)| *s)
+        .collect()
 }

@@ -1,7 +1,7 @@
 //! Test fixtures with real components: a nats-server with JetStream on a free port and a temp
 //! store (killed on drop), a PostgreSQL server of its own (`postgres`), a Prometheus scraping
-//! what a test names (`prometheus`), an HTTP sink that records what executors send, and waiting
-//! for a condition with a deadline instead of sleeping.
+//! what a test names (`prometheus`), an Alertmanager (`alertmanager`), an HTTP sink that
+//! records what executors send, and waiting for a condition with a deadline instead of sleeping.
 //!
 //! Fixtures start their own servers; they never use or touch services the machine already runs.
 
@@ -15,9 +15,11 @@ use std::{
 
 use axum::{extract::State, http::StatusCode, routing::any, Router};
 
+pub mod alertmanager;
 mod nats_cluster;
 mod postgres;
 pub mod prometheus;
+pub use alertmanager::Alertmanager;
 pub use nats_cluster::NatsCluster;
 pub use postgres::Postgres;
 pub use prometheus::{Prometheus, PrometheusOptions};
