@@ -45,6 +45,8 @@ async fn the_api_answers_what_its_document_promises_to_generated_input() {
             ])
             .arg("--report-dir")
             .arg(reports.path())
+            // Its cache of crashes found goes to the working directory: a temp one, not cli/.
+            .current_dir(reports.path())
             .env("PYTHONPATH", fuzz)
             .env("SCHEMATHESIS_HOOKS", "")
             .env("NO_COLOR", "1")

@@ -108,7 +108,8 @@ async fn tickets_without_a_worker_are_announced_counted_and_cleared() {
         "{shards:?}"
     );
 
-    // A queue whose consumer is pulled from is served, registered worker or not.
+    // A queue whose consumer is pulled from is served, registered worker or not. (Its job
+    // fires in an hour: a ticket now would wait on the queue once this pull is gone.)
     let client = async_nats::connect(d.nats.url()).await.unwrap();
     let stream = jetstream::new(client)
         .get_stream(names::DISPATCH_STREAM)
@@ -140,7 +141,7 @@ async fn tickets_without_a_worker_are_announced_counted_and_cleared() {
     })
     .await
     .unwrap();
-    let queued = json!({"tenant": "acme", "name": "report", "schedule": {"every": "1h"},
+    let queued = json!({"tenant": "acme", "name": "report", "schedule": {"delay": "1h"},
                         "target": {"type": "queue", "queue": "reports"}});
     let (status, job) = api.post("/v1/jobs", &queued).await;
     assert_eq!(status, 201, "{job}");
