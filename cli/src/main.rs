@@ -4,6 +4,7 @@ use chronoshard::{
     config,
     dev::{DevArgs, Platform},
 };
+use chronoshard_telemetry::traces::{Role, Traces};
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -43,13 +44,36 @@ const ROLES: &[&str] = &["control-plane", "shard-node", "worker"];
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = parse()?;
-    // A client verb logs nothing: stdout is its output.
-    if !matches!(cli.command, Command::Client(_)) {
-        chronoshard_telemetry::init_logging(
-            std::env::var("CHRONOSHARD_LOG_JSON").is_ok_and(|v| v == "1"),
-        );
+    let json = std::env::var("CHRONOSHARD_LOG_JSON").is_ok_and(|v| v == "1");
+    let traces = match traced_role(&cli.command) {
+        Some(role) => chronoshard_telemetry::init(json, role)?,
+        // A client verb logs nothing: stdout is its output.
+        None if matches!(cli.command, Command::Client(_)) => Traces::off(),
+        None => {
+            chronoshard_telemetry::init_logging(json);
+            Traces::off()
+        }
+    };
+    let ran = run(cli.command).await;
+    // After the role stopped: its last spans are sent before the process ends.
+    traces.shutdown();
+    ran
+}
+
+/// The role whose spans this process exports (when the `OTEL_*` variables ask for it): none for
+/// a client verb or `--dump-config`.
+fn traced_role(command: &Command) -> Option<Role> {
+    match command {
+        Command::Dev(_) => Some(Role::Dev),
+        Command::ControlPlane(a) if !a.file.dump_config => Some(Role::ControlPlane),
+        Command::ShardNode(a) if !a.file.dump_config => Some(Role::ShardNode),
+        Command::Worker(a) if !a.file.dump_config => Some(Role::Worker),
+        _ => None,
     }
-    match cli.command {
+}
+
+async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
         // Its own exit codes (docs/cli.md), its errors already printed.
         Command::Client(verb) => std::process::exit(chronoshard::client::run(verb).await.into()),
         Command::Dev(args) => {

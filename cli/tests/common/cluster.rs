@@ -44,6 +44,8 @@ pub struct Deployment {
     pub workers: BTreeMap<String, Process>,
     /// NATS stream and bucket replicas the control planes ask for.
     pub replicas: u8,
+    /// Variables given to each process started from now on.
+    pub env: Vec<(String, String)>,
 }
 
 impl Deployment {
@@ -65,6 +67,7 @@ impl Deployment {
             nodes: BTreeMap::new(),
             workers: BTreeMap::new(),
             replicas: if servers >= 3 { 3 } else { 1 },
+            env: Vec::new(),
         }
     }
 
@@ -86,7 +89,7 @@ impl Deployment {
             &replicas,
         ];
         args.extend_from_slice(extra);
-        let p = Process::start(id, &args);
+        let p = self.process(id, &args);
         p.printed(&format!("chronoshard control-plane {id} is ready"))
             .await;
         p.printed("url:").await;
@@ -116,7 +119,7 @@ impl Deployment {
             &pg,
         ];
         args.extend_from_slice(extra);
-        let p = Process::start(id, &args);
+        let p = self.process(id, &args);
         p.printed(&format!("chronoshard shard-node {id} is ready"))
             .await;
         self.nodes.insert(id.to_string(), p);
@@ -143,7 +146,7 @@ impl Deployment {
             "127.0.0.1",
         ];
         args.extend_from_slice(extra);
-        let p = Process::start(id, &args);
+        let p = self.process(id, &args);
         self.workers.insert(id.to_string(), p);
     }
 
@@ -163,6 +166,16 @@ impl Deployment {
             targets.push(Target::new("worker", &p.metrics_url().await));
         }
         targets
+    }
+
+    /// `chronoshard ARGS` as `id`, with the deployment's variables.
+    fn process(&self, id: &str, args: &[&str]) -> Process {
+        let env: Vec<(&str, &str)> = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        Process::start_with(id, args, &env)
     }
 
     /// A client of one replica's API.

@@ -18,12 +18,12 @@ use serde_json::Value;
 use super::{wait_for, LONG};
 
 /// `chronoshard` with only the environment the test gives it (the machine's `CHRONOSHARD_*`,
-/// `RUST_LOG` and backtrace settings stay out).
+/// `OTEL_*`, `RUST_LOG` and backtrace settings stay out).
 pub fn command(args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_chronoshard"));
     cmd.args(args);
     for (k, _) in std::env::vars() {
-        if k.starts_with("CHRONOSHARD_") {
+        if k.starts_with("CHRONOSHARD_") || k.starts_with("OTEL_") {
             cmd.env_remove(k);
         }
     }

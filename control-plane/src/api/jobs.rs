@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
+use chronoshard_telemetry::traces;
+
 use crate::routing::mint_job_id;
 
 use super::{
@@ -97,6 +99,7 @@ pub async fn create_job(
     headers: HeaderMap,
     JsonBody(spec): JsonBody<JobSpec>,
 ) -> Result<impl IntoResponse, ApiError> {
+    let start = std::time::SystemTime::now();
     // Checked here too, so a bad request never reaches a shard.
     spec.validate(Utc::now())
         .map_err(|e| ApiError::field(e.field, e.message))?;
@@ -144,6 +147,9 @@ pub async fn create_job(
     } else {
         StatusCode::OK
     };
+    if created {
+        traces::job_created(job.id, &job.spec.tenant, job.shard, start);
+    }
     Ok((
         status,
         [(axum::http::header::LOCATION, format!("/v1/jobs/{}", job.id))],

@@ -28,7 +28,8 @@ use axum::{
     Router,
 };
 use chronoshard_cluster::Cluster;
-use chronoshard_telemetry::metrics;
+use chronoshard_telemetry::{metrics, traces};
+use tracing::Instrument;
 use utoipa::{
     openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme},
     Modify, OpenApi,
@@ -185,7 +186,7 @@ async fn limit_uri(req: Request, next: Next) -> Response {
 }
 
 /// Counts requests and their duration by route template (not by raw path: ids would explode the
-/// label set).
+/// label set), each in its `request` span when traces are exported.
 async fn record(req: Request, next: Next) -> Response {
     let route = req
         .extensions()
@@ -193,8 +194,14 @@ async fn record(req: Request, next: Next) -> Response {
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "unmatched".into());
     let method = req.method().to_string();
+    let parent = req
+        .headers()
+        .get(chronoshard_wire::names::TRACEPARENT)
+        .and_then(|v| v.to_str().ok());
+    let span = traces::request_span(&method, &route, parent);
     let start = Instant::now();
-    let resp = next.run(req).await;
+    let resp = next.run(req).instrument(span.clone()).await;
+    traces::respond(&span, resp.status().as_u16());
     metrics::HTTP_DURATION_SECONDS
         .with_label_values(&[&method, &route])
         .observe(start.elapsed().as_secs_f64());

@@ -58,12 +58,16 @@ pub const HDR_ATTEMPT: &str = "Chronoshard-Attempt";
 /// body it cannot read.
 pub const HDR_SHARD: &str = "Chronoshard-Shard";
 
+/// W3C trace context on dispatch and result messages, when traces are exported: on a ticket it
+/// names the shard's `publish` span, on a result the worker's `attempt` span
+/// (docs/operations.md "Traces"). Also the HTTP header of an executor's call.
+pub const TRACEPARENT: &str = "traceparent";
+
 /// Headers a worker sends with an HTTP target (docs/protocol.md).
 pub const HTTP_IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 pub const HTTP_JOB_ID: &str = "X-Chronoshard-Job-Id";
 pub const HTTP_SCHEDULED_AT: &str = "X-Chronoshard-Scheduled-At";
 pub const HTTP_ATTEMPT: &str = "X-Chronoshard-Attempt";
-pub const HTTP_TRACEPARENT: &str = "traceparent";
 
 pub fn dispatch_subject(queue: &str) -> String {
     format!("chronoshard.dispatch.{queue}")

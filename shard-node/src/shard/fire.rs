@@ -8,6 +8,9 @@ use chronoshard_wire::{
     from_millis, ids, trace_id_of, JobState, Overlap, ResultKind, RunStatus, Ticket, TicketResult,
     PROTOCOL_VERSION,
 };
+use std::time::SystemTime;
+
+use chronoshard_telemetry::traces;
 use tracing::{debug, warn};
 use uuid::Uuid;
 
@@ -104,6 +107,16 @@ pub(crate) fn early_deadline(at: i64, lead: i64, shard: u32) -> i64 {
     let quarter = (lead / 4).max(1);
     let offset = (shard % 8) as i64 * quarter / 8;
     (at - lead - offset).div_euclid(quarter) * quarter + offset
+}
+
+/// The `fire` span of each ticket written since `start`, when traces are exported.
+fn trace_fired(tickets: &[Ticket], start: SystemTime) {
+    if !traces::exporting() {
+        return;
+    }
+    for t in tickets {
+        traces::record_fire(&t.into(), t.scheduled_at.timestamp_millis(), start);
+    }
 }
 
 fn fenced(e: &ShardError) -> bool {
@@ -232,6 +245,7 @@ impl Shard {
                 overlap: job.spec.overlap,
             })
             .collect();
+        let start = SystemTime::now();
         let outcomes = self.store.fire_batch(requests, now).await?;
         // Handed over in one piece: one hand-over per job filled the dispatcher's channel
         // within a batch, and tickets that find it full are left for the dispatcher to read
@@ -257,6 +271,7 @@ impl Shard {
                 self.track(Due::of(job, next));
             }
         }
+        trace_fired(&tickets, start);
         self.dispatcher.publish(tickets);
         Ok(())
     }
@@ -308,6 +323,7 @@ impl Shard {
         now: i64,
     ) -> Result<(Fired, Vec<Uuid>), ShardError> {
         let tickets = self.tickets_for(job, now);
+        let start = SystemTime::now();
         let out = self
             .store
             .fire(
@@ -324,6 +340,7 @@ impl Shard {
             .await?;
         self.count_fired(&job.tenant, &out.occurrences, out.replaced);
         let ids = out.tickets.iter().map(|t| t.ticket_id).collect();
+        trace_fired(&out.tickets, start);
         self.dispatcher.publish(out.tickets);
         let fired = out
             .occurrences
@@ -470,6 +487,7 @@ impl Shard {
         if job.buffered_at.is_none() {
             return Ok(());
         }
+        let start = SystemTime::now();
         let tickets = self
             .store
             .release_buffered(job_id, |at| self.tickets_for(&job, at), now)
@@ -478,6 +496,7 @@ impl Shard {
             debug!(job_id = %job_id, "buffered occurrence released");
             self.metrics.fires.inc();
             self.count_tenant(&tenants::TENANT_FIRES_TOTAL, &job.tenant, 1);
+            trace_fired(&tickets, start);
             self.dispatcher.publish(tickets);
         }
         Ok(())

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use async_nats::jetstream::{
     consumer::pull::{self, MessagesError, MessagesErrorKind},
-    AckKind,
+    AckKind, Message,
 };
-use chronoshard_telemetry::metrics;
+use chronoshard_telemetry::{metrics, traces};
 use chronoshard_wire::{names, ResultKind, TicketResult};
 use futures::{FutureExt, StreamExt};
 use tokio::{sync::mpsc, task::JoinHandle};
@@ -242,9 +242,11 @@ async fn consume(
             }
         }
         if !results.is_empty() {
+            let start = std::time::SystemTime::now();
             match store.apply_results(&results, ctx.clock.now_ms()).await {
                 Ok(mut applied) => {
                     count_applied(label, &results);
+                    trace_applied(&results, &msgs, start);
                     for m in msgs {
                         let _ = m.ack().await;
                     }
@@ -317,6 +319,22 @@ where
         let _ = m.ack_with(AckKind::Nak(None)).await;
     }
     buffered.len()
+}
+
+/// The `result` span of each result applied since `start`, a child of the attempt its message's
+/// `traceparent` names, when traces are exported.
+fn trace_applied(results: &[TicketResult], msgs: &[Message], start: std::time::SystemTime) {
+    if !traces::exporting() {
+        return;
+    }
+    for (r, m) in results.iter().zip(msgs) {
+        let parent = m
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(names::TRACEPARENT))
+            .map(|v| v.as_str());
+        traces::result_applied(&r.into(), parent, start);
+    }
 }
 
 /// Counts applied results by kind: one counter update per kind and batch.

@@ -11,6 +11,7 @@ use std::{
 use async_nats::jetstream::{self, context::PublishAckFuture, message::PublishMessage};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
+use chronoshard_telemetry::traces;
 use chronoshard_wire::{names, ResultKind, Ticket, TicketResult};
 use serde_json::Value;
 
@@ -70,11 +71,15 @@ impl Reporter {
         &self,
         r: &TicketResult,
     ) -> Result<PublishAckFuture, jetstream::context::PublishError> {
-        let msg = PublishMessage::build()
+        let mut msg = PublishMessage::build()
             .payload(Bytes::from(
                 serde_json::to_vec(r).expect("result serialises"),
             ))
             .message_id(r.dedup_id());
+        // Sent from within the attempt's span: the shard's `result` span is its child.
+        if let Some(parent) = traces::current_traceparent() {
+            msg = msg.header(names::TRACEPARENT, parent.as_str());
+        }
         self.js
             .send_publish(names::result_subject(r.shard), msg)
             .await

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use async_nats::jetstream::{AckKind, Message};
-use chronoshard_telemetry::metrics;
+use chronoshard_telemetry::{metrics, traces};
 use chronoshard_wire::{names, ResultKind, Ticket, TicketResult, PROTOCOL_VERSION};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
@@ -54,10 +54,13 @@ pub(super) async fn run_one(ctx: &Ctx, reg: &Registered, msg: Message) {
     };
     let span =
         tracing::info_span!("ticket", ticket_id = %ticket.ticket_id, attempt = ticket.attempt);
+    let attempt = attempt_span(ctx, &ticket, &msg);
+    let traced = attempt.clone();
     async {
         let msg = std::sync::Arc::new(msg);
         let Some(claim) = ctx.running.claim(&ticket, &msg) else {
             info!("delivered again while running here: the running task answers it");
+            traces::end_attempt(&attempt, "running_here", None);
             let _ = msg.ack_with(AckKind::Progress).await;
             return;
         };
@@ -70,30 +73,38 @@ pub(super) async fn run_one(ctx: &Ctx, reg: &Registered, msg: Message) {
                     // Running a ticket the journal cannot record would break the promise not
                     // to run it twice; hand it back instead.
                     warn!(error = %e, "ticket journal unusable; delivery handed back");
+                    traces::end_attempt(&attempt, "handed_back", Some("journal unusable"));
                     let _ = delivery
                         .current()
                         .ack_with(AckKind::Nak(Some(Duration::from_secs(5))))
                         .await;
                     return;
                 }
-                match execute(ctx, reg, &ticket, delivery).await {
+                match execute(ctx, reg, &ticket, delivery, &attempt).await {
                     Some(ran) => {
                         unreported_start = ran.unreported_start;
                         ran.outcome
                     }
-                    None => return release(ctx, &ticket, delivery).await,
+                    None => {
+                        traces::end_attempt(&attempt, "released", None);
+                        return release(ctx, &ticket, delivery).await;
+                    }
                 }
             }
             Plan::Report(o) => o,
             Plan::Skip => {
+                traces::end_attempt(&attempt, "skipped", None);
                 let _ = delivery.current().ack().await;
                 return;
             }
             Plan::HandBack(after) => {
+                traces::end_attempt(&attempt, "handed_back", None);
                 let _ = delivery.current().ack_with(AckKind::Nak(Some(after))).await;
                 return;
             }
         };
+        let ended = if outcome.ok { "succeeded" } else { "failed" };
+        traces::end_attempt(&attempt, ended, outcome.error.as_deref());
         if let Err(e) = ctx.journal.finish(&ticket, &outcome) {
             warn!(error = %e, "outcome not journalled");
         }
@@ -101,8 +112,24 @@ pub(super) async fn run_one(ctx: &Ctx, reg: &Registered, msg: Message) {
             acknowledge(ctx, &ticket, delivery);
         }
     }
+    .instrument(traced)
     .instrument(span)
     .await
+}
+
+/// The attempt's span (a no-op unless traces are exported), a child of the `publish` span the
+/// message's `traceparent` names.
+fn attempt_span(ctx: &Ctx, ticket: &Ticket, msg: &Message) -> tracing::Span {
+    if !traces::exporting() {
+        return tracing::Span::none();
+    }
+    let parent = msg
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(names::TRACEPARENT))
+        .map(|v| v.as_str());
+    let delivered = msg.info().map_or(1, |i| i.delivered);
+    traces::attempt_span(&ticket.into(), ctx.reporter.worker_id(), delivered, parent)
 }
 
 /// Decides from the journal, and for a redelivery the journal does not know from the shard.
@@ -276,7 +303,13 @@ struct Ran {
 /// Runs the handler: reports `started` once it has run for the start-report delay, acks
 /// progress (and reports it) every beat, stops it at its time limit. `None` when the worker's
 /// drain grace ran out first and the handler did not finish within the stop grace.
-async fn execute(ctx: &Ctx, reg: &Registered, ticket: &Ticket, delivery: &Delivery) -> Option<Ran> {
+async fn execute(
+    ctx: &Ctx,
+    reg: &Registered,
+    ticket: &Ticket,
+    delivery: &Delivery,
+    attempt: &tracing::Span,
+) -> Option<Ran> {
     let handler = match reg.pick(ticket) {
         Ok(h) => h,
         // `plan` checked; a handler cannot disappear in between.
@@ -325,7 +358,8 @@ async fn execute(ctx: &Ctx, reg: &Registered, ticket: &Ticket, delivery: &Delive
     let job = Job::new(ticket.clone(), cancel.clone(), ctx.reporter.clone());
     // Its own task (the call too, so a handler that panics before returning its future is
     // caught as well): a panic is a failed attempt, not a dead worker.
-    let mut task = tokio::spawn(async move { handler.call(job).await });
+    // In the attempt's span, so an executor's call names it as its parent.
+    let mut task = tokio::spawn(async move { handler.call(job).await }.instrument(attempt.clone()));
     let limit = tokio::time::sleep(time_limit(ticket));
     tokio::pin!(limit);
     let mut beat = tokio::time::interval(ctx.beat);

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use chronoshard_telemetry::traces;
 use chronoshard_wire::{names, rfc3339, TargetSpec, Ticket};
 
 use super::{
@@ -68,7 +69,10 @@ async fn send(client: &reqwest::Client, guard: &SsrfGuard, ticket: &Ticket) -> O
         .header(names::HTTP_JOB_ID, ticket.job_id.to_string())
         .header(names::HTTP_SCHEDULED_AT, rfc3339(ticket.scheduled_at))
         .header(names::HTTP_ATTEMPT, ticket.attempt.to_string())
-        .header(names::HTTP_TRACEPARENT, ticket.traceparent());
+        .header(
+            names::TRACEPARENT,
+            traces::current_traceparent().unwrap_or_else(|| ticket.traceparent()),
+        );
     for (k, v) in headers {
         req = req.header(k, v);
     }

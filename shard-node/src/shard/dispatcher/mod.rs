@@ -32,7 +32,7 @@ use on_time::OnTime;
 
 use async_nats::jetstream::{context::PublishAckFuture, message::PublishMessage};
 use bytes::Bytes;
-use chronoshard_telemetry::metrics;
+use chronoshard_telemetry::{metrics, traces};
 use chronoshard_wire::{names, Ticket};
 use futures::{stream::FuturesUnordered, FutureExt, StreamExt};
 use tokio::{
@@ -448,28 +448,33 @@ impl Dispatcher {
 
     async fn send(&self, o: Outgoing) -> Inflight {
         let t = &o.ticket;
+        let subject = names::dispatch_subject(&t.queue);
+        let span = traces::PublishSpan::start(&t.into(), &subject);
         let body = Bytes::from(serde_json::to_vec(t).expect("ticket serialises"));
-        let msg = PublishMessage::build()
+        let mut msg = PublishMessage::build()
             .payload(body)
             .message_id(msg_id(&o))
             .header(names::HDR_TICKET_ID, t.ticket_id.to_string().as_str())
             .header(names::HDR_ATTEMPT, t.attempt.to_string().as_str())
             .header(names::HDR_SHARD, t.shard.to_string().as_str());
-        match self
-            .ctx
-            .cluster
-            .js
-            .send_publish(names::dispatch_subject(&t.queue), msg)
-            .await
-        {
+        if let Some(parent) = span.traceparent() {
+            msg = msg.header(names::TRACEPARENT, parent.as_str());
+        }
+        match self.ctx.cluster.js.send_publish(subject, msg).await {
             Ok(ack) => {
                 // Observed with the ack, so that a publish tried again counts once, when it
                 // finally went through, like the lateness at the ack.
                 let sent = self.lateness_s(t);
-                async move { (o, wait_ack(ack).await.map(|seq| (seq, sent))) }.boxed()
+                async move {
+                    let acked = wait_ack(ack).await;
+                    span.end(acked.as_ref().copied().map_err(String::as_str));
+                    (o, acked.map(|seq| (seq, sent)))
+                }
+                .boxed()
             }
             Err(e) => {
                 let e = e.to_string();
+                span.end(Err(&e));
                 async move { (o, Err(e)) }.boxed()
             }
         }
