@@ -49,6 +49,11 @@ async fn a_refusing_jetstream_slows_dispatch_without_losing_or_doubling_tickets(
     .await
     .unwrap();
     assert!(seen <= 300, "backlog {seen}");
+    let refused = api.metric_sum("chronoshard_publish_errors_total").await;
+    assert!(
+        refused >= 1.0,
+        "the refused publishes are counted: {refused}"
+    );
     // runs are recorded as dispatched while their tickets wait in the outbox
     let runs = api.past_runs(&jobs[299]).await;
     assert_eq!(runs[0]["status"], "dispatched", "{runs:?}");

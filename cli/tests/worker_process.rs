@@ -7,7 +7,7 @@ mod common;
 
 use std::{
     path::Path,
-    process::{Child, Command, Stdio},
+    process::{Child, Command},
     time::Duration,
 };
 
@@ -21,20 +21,35 @@ use serde_json::{json, Value};
 
 struct WorkerProcess {
     child: Child,
+    /// Where its standard output goes (the metrics URL it prints, with `--metrics`).
+    out: std::path::PathBuf,
 }
 
 impl WorkerProcess {
     fn start(p: &Platform, data: &Path, id: &str, extra: &[&str]) -> WorkerProcess {
         let log = std::fs::File::create(data.join(format!("{id}.log"))).unwrap();
+        let out = data.join(format!("{id}.out"));
         let child = Command::new(env!("CARGO_BIN_EXE_chronoshard"))
             .args(["worker", "--nats", &p.nats_url, "--id", id, "--data"])
             .arg(data)
             .args(extra)
-            .stdout(Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
             .stderr(log)
             .spawn()
             .unwrap();
-        WorkerProcess { child }
+        WorkerProcess { child, out }
+    }
+
+    /// The text of its `/metrics` (started with `--metrics 127.0.0.1:0`).
+    async fn metrics(&self) -> String {
+        let url = wait_for("the worker to print its metrics URL", LONG, || async {
+            let out = std::fs::read_to_string(&self.out).ok()?;
+            let at = out.find("http://")?;
+            Some(out[at..].split_whitespace().next()?.to_string())
+        })
+        .await
+        .unwrap();
+        reqwest::get(&url).await.unwrap().text().await.unwrap()
     }
 
     fn signal(&self, s: Signal) {
@@ -125,7 +140,9 @@ async fn a_worker_killed_mid_run_does_not_run_the_attempt_again_after_its_restar
     let (p, api, job) = killed_mid_run(dir.path()).await;
     // Restarted on the same journal, it gets the delivery again after the ack wait (30 s): it
     // reports the attempt interrupted instead of running it, and the retry runs.
-    let _worker = WorkerProcess::start(&p, &dir.path().join("w"), "w-a", &SHELL);
+    let mut flags = SHELL.to_vec();
+    flags.extend(["--metrics", "127.0.0.1:0"]);
+    let worker = WorkerProcess::start(&p, &dir.path().join("w"), "w-a", &flags);
     let t = api.ticket_of_run(&job, "succeeded").await;
     let attempts = t["attempts"].as_array().unwrap();
     assert_eq!(attempts.len(), 2, "{t}");
@@ -140,6 +157,15 @@ async fn a_worker_killed_mid_run_does_not_run_the_attempt_again_after_its_restar
     assert_eq!(attempts[1]["worker"], "w-a", "{t}");
     let runs = std::fs::read_to_string(dir.path().join("runs")).unwrap();
     assert_eq!(runs, "1\n2\n", "each attempt ran once");
+    let metrics = worker.metrics().await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("chronoshard_worker_not_run_again_total")
+                && l.contains(r#"seen="interrupted""#)
+                && l.ends_with(" 1")),
+        "{metrics}"
+    );
     p.stop().await.unwrap();
 }
 

@@ -139,7 +139,6 @@ impl Assigner {
             .iter()
             .map(|(a, _)| (a.shard, a.owner.clone()))
             .collect();
-        count_unowned(self.shard_count, &owners, live);
         let settings = self.settings.borrow().settings;
         let input = plan::Input {
             shard_count: self.shard_count,
@@ -151,10 +150,13 @@ impl Assigner {
         };
         let active = self.strategy.borrow().clone();
         let Some(asked) = plan::strategy_input(&input, &active.config) else {
+            count_unowned(self.shard_count, &owners, live);
             return Ok(0);
         };
         let desired = self.desired(&active.name, asked, &input, failing).await;
         let moves = plan::plan(&input, &desired);
+        // What the map holds once this pass's writes land: unowned is counted after them.
+        let mut after = owners.clone();
         let mut changes = 0;
         for m in moves {
             // The lease may run out during a pass: no write after that.
@@ -184,13 +186,18 @@ impl Assigner {
                     metrics::SHARD_MOVES_TOTAL
                         .with_label_values(&[m.reason.label()])
                         .inc();
+                    after.insert(m.shard, m.to.clone());
                     changes += 1;
                 }
                 // Someone else wrote the key since it was read: the next pass sees it.
                 Err(ClusterError::Conflict { .. }) => {}
-                Err(e) => return Err(e),
+                Err(e) => {
+                    count_unowned(self.shard_count, &after, live);
+                    return Err(e);
+                }
             }
         }
+        count_unowned(self.shard_count, &after, live);
         Ok(changes)
     }
 
@@ -260,8 +267,8 @@ async fn next_change(watch: &mut Option<kv::Watch>) -> Option<Change> {
     }
 }
 
-/// Sets `chronoshard_shards_unowned`: 0 for each live node, and each shard whose owner is not
-/// live counted under that owner (`none` when it has none).
+/// Sets `chronoshard_shards_unowned` from the map as this pass leaves it: 0 for each live node,
+/// and each shard whose owner is not live counted under that owner (`none` when it has none).
 fn count_unowned(shard_count: u32, owners: &BTreeMap<u32, String>, live: &[NodeInfo]) {
     let gauge = &metrics::SHARDS_UNOWNED_GAUGE;
     gauge.reset();
