@@ -63,6 +63,11 @@ const MOVED: &[(&str, &str)] = &[
         r#"reason="overlap:"#,
     ),
     ("chronoshard_runs_replaced_total", ""),
+    ("chronoshard_publish_seconds_count", ""),
+    ("chronoshard_db_seconds_count", r#"op="create""#),
+    ("chronoshard_db_seconds_count", r#"op="fire""#),
+    ("chronoshard_db_seconds_count", r#"op="apply_results""#),
+    ("chronoshard_db_seconds_count", r#"op="load""#),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -162,6 +167,8 @@ async fn the_platforms_metrics_move_with_their_events() {
         sum(&after, "chronoshard_wheel_entries", "") >= 1.0,
         "the every-1s job"
     );
+    // A shard's pool has a connection open once it has run anything.
+    assert!(sum(&after, "chronoshard_db_connections", "") >= 1.0);
     for gauge in [
         "chronoshard_attempts_open",
         "chronoshard_dispatch_backlog",

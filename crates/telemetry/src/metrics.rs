@@ -41,6 +41,9 @@ pub const SHARDS_OPEN: &str = "chronoshard_shards_open";
 pub const STRATEGY_ERRORS: &str = "chronoshard_strategy_errors_total";
 pub const SHARDS_UNOWNED: &str = "chronoshard_shards_unowned";
 pub const TICKETS_UNSERVED: &str = "chronoshard_tickets_unserved";
+pub const PUBLISH_SECONDS: &str = "chronoshard_publish_seconds";
+pub const DB_SECONDS: &str = "chronoshard_db_seconds";
+pub const DB_CONNECTIONS: &str = "chronoshard_db_connections";
 pub const NODE_HEARTBEAT_AGE: &str = "chronoshard_node_heartbeat_age_seconds";
 
 const LATENESS_BUCKETS: &[f64] = &[
@@ -75,6 +78,36 @@ pub static FIRE_SEND_LATENESS_SECONDS: LazyLock<HistogramVec> = LazyLock::new(||
         "scheduled time to ticket handed to the NATS client",
         &["shard"],
         LATENESS_BUCKETS.to_vec()
+    )
+    .expect("metric")
+});
+/// Ticket handed to the NATS client → JetStream's ack handled: the publish's own time, without
+/// the wait before it.
+pub static PUBLISH_SECONDS_HISTOGRAM: LazyLock<HistogramVec> = LazyLock::new(|| {
+    register_histogram_vec!(
+        PUBLISH_SECONDS,
+        "ticket handed to the NATS client to JetStream's ack handled",
+        &["shard"],
+        LATENESS_BUCKETS.to_vec()
+    )
+    .expect("metric")
+});
+/// Time of a shard's main database operations (each one transaction or query batch), by kind.
+pub static DB_SECONDS_HISTOGRAM: LazyLock<HistogramVec> = LazyLock::new(|| {
+    register_histogram_vec!(
+        DB_SECONDS,
+        "time of a shard's database operations, by kind",
+        &["shard", "op"],
+        LATENESS_BUCKETS.to_vec()
+    )
+    .expect("metric")
+});
+/// A shard's database connections, in use or idle, sampled every second.
+pub static DB_CONNECTIONS_GAUGE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
+    register_int_gauge_vec!(
+        DB_CONNECTIONS,
+        "a shard's database connections, by state (used, idle)",
+        &["shard", "state"]
     )
     .expect("metric")
 });

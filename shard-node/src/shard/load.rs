@@ -1,8 +1,8 @@
-//! What a shard tells about its load besides its wheel: the ticket attempts it has in flight,
-//! counted per queue every `COUNT_EVERY` into `chronoshard_attempts_open` (where the node's
-//! heartbeat reads them back for the assignment strategy), and those of them that wait on a queue
-//! no live worker serves, into `chronoshard_tickets_unserved` with a log line when a queue
-//! starts or stops being one. It only reads the store.
+//! What a shard tells about its load besides its wheel, every `COUNT_EVERY`: the ticket attempts
+//! it has in flight, counted per queue into `chronoshard_attempts_open` (where the node's
+//! heartbeat reads them back for the assignment strategy); those of them that wait on a queue no
+//! live worker serves, into `chronoshard_tickets_unserved` with a log line when a queue starts or
+//! stops being one; and its database connections in use and idle. It only reads the store.
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
@@ -22,6 +22,8 @@ pub(super) fn start(store: Store, served: Arc<Served>, stop: CancellationToken) 
     let shard = store.shard().to_string();
     let open = metrics::ATTEMPTS_OPEN_GAUGE.with_label_values(&[&shard]);
     let unserved = metrics::TICKETS_UNSERVED_GAUGE.with_label_values(&[&shard]);
+    let used = metrics::DB_CONNECTIONS_GAUGE.with_label_values(&[&shard, "used"]);
+    let idle = metrics::DB_CONNECTIONS_GAUGE.with_label_values(&[&shard, "idle"]);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(COUNT_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -32,6 +34,9 @@ pub(super) fn start(store: Store, served: Arc<Served>, stop: CancellationToken) 
                 _ = stop.cancelled() => break,
                 _ = tick.tick() => {}
             }
+            let (in_use, free) = store.connections();
+            used.set(in_use.into());
+            idle.set(free.into());
             let by_queue = match store.open_attempts_by_queue().await {
                 Ok(counts) => counts,
                 // A closed or fenced store: the shard is stopping, and says why itself.
@@ -58,7 +63,8 @@ pub(super) fn start(store: Store, served: Arc<Served>, stop: CancellationToken) 
             warned = now_unserved;
             unserved.set(waiting);
         }
-        open.set(0);
-        unserved.set(0);
+        for gauge in [&open, &unserved, &used, &idle] {
+            gauge.set(0);
+        }
     })
 }

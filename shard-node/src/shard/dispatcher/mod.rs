@@ -494,9 +494,13 @@ impl Dispatcher {
                 metrics::FIRE_SEND_LATENESS_SECONDS
                     .with_label_values(&[&self.shard_label])
                     .observe(sent_late);
+                let late = self.lateness_s(t);
                 metrics::FIRE_LATENESS_SECONDS
                     .with_label_values(&[&self.shard_label])
-                    .observe(self.lateness_s(t));
+                    .observe(late);
+                metrics::PUBLISH_SECONDS_HISTOGRAM
+                    .with_label_values(&[&self.shard_label])
+                    .observe((late - sent_late).max(0.0));
                 metrics::TICKETS_PUBLISHED_TOTAL
                     .with_label_values(&[&self.shard_label])
                     .inc();

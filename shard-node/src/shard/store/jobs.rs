@@ -110,6 +110,7 @@ impl Store {
         &self,
         jobs: &[(&JobRow, Option<&str>)],
     ) -> Result<Vec<CreateOutcome>> {
+        let _timer = self.timer("create");
         if self.one_trip_available()
             && !jobs.is_empty()
             && jobs.len() <= rows_per_statement(INSERT_COLUMNS)
@@ -234,6 +235,7 @@ impl Store {
     /// Active jobs whose next occurrence falls in `(after, until]` (`after` None: no lower bound),
     /// for the loader that fills the wheel. Jobs of paused tenants are left out.
     pub async fn due_jobs(&self, after: Option<i64>, until: i64) -> Result<Vec<DueRow>> {
+        let _timer = self.timer("load");
         let rows = sqlx::query(
             "SELECT id, next_fire_at, priority, tenant FROM jobs WHERE next_fire_at IS NOT NULL AND state = 'active' \
              AND next_fire_at > $1 AND next_fire_at <= $2 \

@@ -262,6 +262,19 @@ impl Store {
         self.shard
     }
 
+    /// Times one of the shard's main operations into `chronoshard_db_seconds` until dropped.
+    fn timer(&self, op: &str) -> prometheus::HistogramTimer {
+        chronoshard_telemetry::metrics::DB_SECONDS_HISTOGRAM
+            .with_label_values(&[&self.shard.to_string(), op])
+            .start_timer()
+    }
+
+    /// The pool's connections: (in use, idle).
+    pub fn connections(&self) -> (u32, u32) {
+        let idle = self.pool.num_idle() as u32;
+        (self.pool.size().saturating_sub(idle), idle)
+    }
+
     pub fn epoch(&self) -> u64 {
         self.epoch
     }

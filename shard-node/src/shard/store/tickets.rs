@@ -95,6 +95,7 @@ impl Store {
         requests: Vec<FireRequest<'_>>,
         now: i64,
     ) -> Result<Vec<FireOutcome>> {
+        let _timer = self.timer("fire");
         if self.one_trip_available()
             && !requests.is_empty()
             && requests.iter().all(super::bulk::is_simple)

@@ -128,6 +128,7 @@ impl Store {
         if results.is_empty() {
             return Ok(Applied::default());
         }
+        let _timer = self.timer("apply_results");
         if self.one_trip_available() {
             return batch::apply_in_two_trips(self, results, now).await;
         }
