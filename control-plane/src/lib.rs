@@ -15,6 +15,7 @@
 pub mod active;
 pub mod api;
 pub mod assign;
+pub mod grow;
 pub mod leader;
 pub mod liveness;
 pub mod routing;
@@ -153,6 +154,7 @@ impl ControlPlane {
         let cluster = Cluster::create(nats.data.clone(), &topology).await?;
         let membership = Cluster::connect(nats.membership).await?;
         let config = join_or_create(&cluster, &opts).await?;
+        let config = membership.follow_config(config, shutdown.clone());
         let initial = cluster.init_settings(opts.settings).await?;
         let settings = membership.follow_settings(initial.settings, shutdown.clone());
         cluster.init_strategy().await?;
@@ -177,7 +179,7 @@ impl ControlPlane {
         let assigner = tokio::spawn(
             assign::Assigner {
                 cluster: membership.clone(),
-                shard_count: config.shard_count,
+                config: config.clone(),
                 min_nodes: opts.min_nodes,
                 settings: settings.clone(),
                 leadership: leadership.clone(),
@@ -197,16 +199,23 @@ impl ControlPlane {
             .instrument(span.clone()),
         );
         let beat = tokio::spawn(
-            replica_heartbeat(membership, opts.id.clone(), addr, shutdown.clone())
+            replica_heartbeat(membership.clone(), opts.id.clone(), addr, shutdown.clone())
                 .instrument(span.clone()),
         );
+        let router = routing::Router::new(nats.data, config.clone(), opts.local.clone());
+        let grower = tokio::spawn(
+            grow::Grower {
+                cluster: membership.clone(),
+                router: router.clone(),
+                config: config.clone(),
+                leadership: leadership.clone(),
+            }
+            .run(shutdown.clone())
+            .instrument(span.clone()),
+        );
+        let shard_count = config.borrow().shard_count;
         let state = api::AppState::new(api::Shared {
-            router: routing::Router::new(
-                nats.data,
-                config.shard_count,
-                config.job_ids,
-                opts.local.clone(),
-            ),
+            router,
             cluster: cluster.clone(),
             admin_token: Arc::from(opts.admin_token.as_str()),
             tokens: api::auth::Tokens::follow(cluster.clone(), shutdown.clone()),
@@ -221,21 +230,21 @@ impl ControlPlane {
         let stop = shutdown.clone();
         let task = tokio::spawn(
             async move {
-                info!(%addr, shards = config.shard_count, "control plane listening");
+                info!(%addr, shards = shard_count, "control plane listening");
                 if let Err(e) = axum::serve(listener, app)
                     .with_graceful_shutdown(stop.cancelled_owned())
                     .await
                 {
                     tracing::error!(error = %e, "http server failed");
                 }
-                let _ = tokio::join!(assigner, election, beat, loader);
+                let _ = tokio::join!(assigner, election, beat, loader, grower);
             }
             .instrument(span),
         );
         Ok((
             Handle {
                 addr,
-                shard_count: config.shard_count,
+                shard_count,
                 leadership,
             },
             task,
@@ -254,9 +263,13 @@ async fn join_or_create(cluster: &Cluster, opts: &Options) -> Result<ClusterConf
     Ok(config)
 }
 
-/// Refuses creation settings that differ from the cluster's.
+/// Refuses creation settings that differ from the cluster's. A cluster that grew accepts the
+/// shard count it was created with as well as the one it has now.
 fn check(config: &ClusterConfig, opts: &Options) -> Result<(), Error> {
-    if let Some(given) = opts.shard_count.filter(|n| *n != config.shard_count) {
+    if let Some(given) = opts
+        .shard_count
+        .filter(|n| *n != config.shard_count && *n != config.initial_shard_count())
+    {
         return Err(Error::Mismatch {
             setting: "--shards",
             cluster: config.shard_count.to_string(),

@@ -28,8 +28,9 @@ pub enum ClientCommand {
     Dlq(Dlq),
     /// The next fire times of a cron or interval schedule, as shards compute them.
     Preview(Preview),
-    /// The shard map: each shard's owner and epoch.
-    Shards(Plain),
+    /// The shard map: each shard's owner and epoch, and shards being added (`--add N` adds
+    /// N shards while jobs fire; the tenants whose place changes move to them).
+    Shards(Shards),
     /// The shard nodes: status, shards, load, heartbeat.
     Nodes(Plain),
     /// The live workers: queues, tickets in flight, heartbeat.
@@ -82,6 +83,15 @@ enum TokensVerb {
 pub struct Plain {
     #[command(flatten)]
     api: ApiArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct Shards {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// Add this many shards (admin).
+    #[arg(long, value_name = "N")]
+    add: Option<u32>,
 }
 
 #[derive(Args, Debug)]
@@ -241,7 +251,16 @@ pub async fn run(command: ClientCommand) -> Result<(), ClientError> {
         },
         ClientCommand::Dlq(d) => dlq(&d.api, d.verb).await,
         ClientCommand::Preview(p) => preview(p).await,
-        ClientCommand::Shards(p) => show(&p.api, "shards", output::shards).await,
+        ClientCommand::Shards(s) => match s.add {
+            None => show(&s.api, "shards", output::shards).await,
+            Some(add) => {
+                let body = serde_json::json!({ "add": add });
+                let map = (s.api.client()?)
+                    .call(Method::POST, &["v1", "shards"], &[], Some(&body), None)
+                    .await?;
+                print(s.api.output, &map.body, output::shards)
+            }
+        },
         ClientCommand::Nodes(p) => show(&p.api, "nodes", output::nodes).await,
         ClientCommand::Workers(p) => show(&p.api, "workers", output::workers).await,
         ClientCommand::Tokens(t) => tokens(&t.api, t.verb).await,

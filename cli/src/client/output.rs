@@ -361,7 +361,30 @@ pub fn shards(v: &Value) -> String {
             cell(&s["epoch"]),
         ]);
     }
-    t.render()
+    let mut out = t.render();
+    if let Some(g) = v.get("growth") {
+        let from = g["from"].as_u64().unwrap_or(0);
+        let sealed = g["sealed"].as_array().map_or(0, |a| a.len());
+        out.push_str(&format!(
+            "adding shards: {from} -> {}; {sealed} of {from} old shards done, {} tenants moved\n",
+            cell(&v["shard_count"]),
+            cell(&g["tenants_moved"]),
+        ));
+        if let Some(m) = g.get("moving") {
+            out.push_str(&format!(
+                "moving: {} from shard {} to {} ({})\n",
+                m["tenants"].as_array().map_or(String::new(), |t| t
+                    .iter()
+                    .filter_map(|t| t.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")),
+                cell(&m["source"]),
+                cell(&m["target"]),
+                cell(&m["phase"]),
+            ));
+        }
+    }
+    out
 }
 
 /// `GET /v1/nodes`: the shard nodes.

@@ -306,7 +306,14 @@ pub async fn every_occurrence_once(
     job: &str,
     upto: DateTime<Utc>,
 ) -> Vec<DateTime<Utc>> {
-    let runs = wait_for(
+    let runs = runs_up_to(api, job, upto).await;
+    each_once(&d.executions(), job, &runs)
+}
+
+/// The runs of the every-second `job` up to `upto`, once all of them succeeded and a later one
+/// exists.
+pub async fn runs_up_to(api: &Api, job: &str, upto: DateTime<Utc>) -> Vec<Value> {
+    wait_for(
         &format!("every tick of {job} up to {upto} to succeed"),
         Duration::from_secs(90),
         || async {
@@ -329,7 +336,16 @@ pub async fn every_occurrence_once(
         },
     )
     .await
-    .unwrap();
+    .unwrap()
+}
+
+/// Checks that `runs` of the every-second `job` are one per second, each with one ticket and
+/// one attempt, and that `executions` (the sink's) has each of them once.
+pub fn each_once(
+    executions: &HashMap<(String, String), Vec<DateTime<Utc>>>,
+    job: &str,
+    runs: &[Value],
+) -> Vec<DateTime<Utc>> {
     let mut times: Vec<DateTime<Utc>> = runs.iter().map(|r| at(&r["scheduled_at"])).collect();
     times.sort();
     for w in times.windows(2) {
@@ -339,11 +355,10 @@ pub async fn every_occurrence_once(
             "job {job}: each occurrence there once: {times:?}"
         );
     }
-    for r in &runs {
+    for r in runs {
         assert_eq!(r["ticket_ids"].as_array().unwrap().len(), 1, "{r}");
         assert_eq!(r["attempts"], 1, "{r}");
     }
-    let executions = d.executions();
     for t in &times {
         let key = (job.to_string(), chronoshard_wire::rfc3339(*t));
         let n = executions.get(&key).map_or(0, |v| v.len());

@@ -145,11 +145,11 @@ impl Api {
     /// The sum of a metric over the label sets that contain `label` (such as `reason="ended"`).
     pub async fn metric_sum_with(&self, name: &str, label: &str) -> f64 {
         let (_, _, text) = self.send(reqwest::Method::GET, "/metrics", None).await;
-        let prefix = format!("{name}{{");
+        let (labelled, bare) = (format!("{name}{{"), format!("{name} "));
         text.as_str()
             .unwrap()
             .lines()
-            .filter(|l| l.starts_with(&prefix) && l.contains(label))
+            .filter(|l| (l.starts_with(&labelled) || l.starts_with(&bare)) && l.contains(label))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
     }

@@ -1,4 +1,4 @@
-//! `/v1/cluster`, `/v1/shards` and `/v1/nodes`: the replicas and the leader, the shard map, the
+//! `/v1/cluster` and `/v1/nodes`: the replicas and the leader, the
 //! nodes with their state, and draining a node. Read from cluster state; a drain is a mark in KV
 //! that the leader acts on (this handler moves nothing itself).
 
@@ -10,7 +10,7 @@ use axum::{
 };
 use chrono::Utc;
 use chronoshard_wire::{
-    rpc::{ClusterConfig, NodeInfo, ShardAssignment},
+    rpc::{ClusterConfig, NodeInfo},
     settings::Settings,
 };
 use serde::{Deserialize, Serialize};
@@ -18,12 +18,6 @@ use utoipa::ToSchema;
 
 use super::{error::ApiError, AppState};
 use crate::assign::plan::{excluded, Reason};
-
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ShardMap {
-    pub shard_count: u32,
-    pub shards: Vec<ShardAssignment>,
-}
 
 /// Where a node stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -84,17 +78,6 @@ pub struct NodeView {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct NodeList {
     pub nodes: Vec<NodeView>,
-}
-
-/// The shard map: each shard's owner and epoch.
-#[utoipa::path(get, path = "/v1/shards", tag = "cluster", responses((status = 200, body = ShardMap)),
-    security(("bearer" = [])))]
-pub async fn list_shards(State(state): State<AppState>) -> Result<Json<ShardMap>, ApiError> {
-    let shards = state.cluster.assignments().await.map_err(unavailable)?;
-    Ok(Json(ShardMap {
-        shard_count: state.router.shard_count(),
-        shards: shards.into_iter().map(|(a, _)| a).collect(),
-    }))
 }
 
 pub(super) fn unavailable(e: chronoshard_cluster::Error) -> ApiError {
@@ -309,7 +292,7 @@ pub async fn get_cluster(State(state): State<AppState>) -> Result<Json<ClusterVi
         }),
         answered_by: state.replica.clone(),
         replicas,
-        config: state.config.clone(),
+        config: state.config.borrow().clone(),
         settings_version: state.settings.borrow().version,
     }))
 }

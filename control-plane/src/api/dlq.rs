@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
+use crate::routing::Route;
+
 use super::{
     auth::Caller,
     body::{Params, PathId},
@@ -78,7 +80,11 @@ pub async fn list_dead_letters(
     let mut items = Vec::new();
     for reply in replies {
         match reply? {
-            ShardReply::DeadLetters { items: mut more } => items.append(&mut more),
+            // While a tenant moves both shards may list it: the one it is placed on answers.
+            ShardReply::DeadLetters { items: more } => items.extend(
+                more.into_iter()
+                    .filter(|d| state.router.holds(d.shard, d.ticket_id)),
+            ),
             other => {
                 return Err(ApiError::Internal(format!(
                     "unexpected shard reply {other:?}"
@@ -108,7 +114,13 @@ pub async fn replay(
     caller.sees(&ticket.tenant, "ticket")?;
     match state
         .router
-        .call(ticket.shard, &ShardRequest::ReplayTicket { ticket_id })
+        .call(
+            match state.router.shard_for_id(ticket_id) {
+                Some(_) => Route::Id(ticket_id),
+                None => Route::Shard(ticket.shard),
+            },
+            &ShardRequest::ReplayTicket { ticket_id },
+        )
         .await?
     {
         ShardReply::Ticket { ticket } => Ok((StatusCode::ACCEPTED, Json(ticket))),

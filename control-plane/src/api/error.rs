@@ -304,6 +304,8 @@ impl ApiError {
                 Some(retry_after_ms.div_ceil(1000).max(1))
             }
             ApiError::QuotaExceeded(_) => Some(QUOTA_RETRY_AFTER_S),
+            // A shard without an owner for a moment, a tenant moving: soon served again.
+            ApiError::Unavailable(_) => Some(1),
             _ => None,
         }
     }
@@ -358,7 +360,9 @@ impl From<RpcError> for ApiError {
             },
             RpcErrorCode::Conflict => ApiError::Conflict(e.message),
             RpcErrorCode::IdempotencyKeyReused => ApiError::IdempotencyKeyReused,
-            RpcErrorCode::Fenced | RpcErrorCode::NotOwner => ApiError::Unavailable(e.message),
+            RpcErrorCode::Fenced | RpcErrorCode::NotOwner | RpcErrorCode::Moving => {
+                ApiError::Unavailable(e.message)
+            }
             RpcErrorCode::Internal => ApiError::Internal(e.message),
             RpcErrorCode::RateLimited => ApiError::RateLimited {
                 detail: e.message,

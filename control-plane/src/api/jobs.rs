@@ -18,7 +18,7 @@ use uuid::Uuid;
 
 use chronoshard_telemetry::traces;
 
-use crate::routing::mint_job_id;
+use crate::routing::{mint_job_id, Route};
 
 use super::{
     auth::Caller,
@@ -118,7 +118,7 @@ pub async fn create_job(
         None => None,
     };
     let job_id = mint_job_id(&spec.tenant);
-    let shard = state.router.shard_for_tenant(&spec.tenant);
+    let tenant = spec.tenant.clone();
     if state.router.job_ids() == JobIds::Indexed {
         // Indexed first: an index entry whose create failed is harmless (the job reads as not
         // found), a job without an entry would be unreachable by id.
@@ -131,7 +131,7 @@ pub async fn create_job(
     let reply = state
         .router
         .call(
-            shard,
+            Route::Tenant(&tenant),
             &ShardRequest::CreateJob {
                 job_id,
                 spec,
@@ -184,7 +184,10 @@ pub async fn list_jobs(
     let mut jobs = Vec::new();
     for r in replies {
         match r? {
-            ShardReply::Jobs { jobs: j } => jobs.extend(j),
+            // While a tenant moves both shards may list it: the one it is placed on answers.
+            ShardReply::Jobs { jobs: j } => {
+                jobs.extend(j.into_iter().filter(|j| state.router.holds(j.shard, j.id)))
+            }
             other => {
                 return Err(ApiError::Internal(format!(
                     "unexpected shard reply {other:?}"
@@ -200,10 +203,11 @@ pub async fn list_jobs(
     Ok(Json(JobPage { jobs, next_cursor }))
 }
 
-/// The shard of an existing job: from its id, or in an older cluster from the job index.
-async fn job_shard(state: &AppState, id: Uuid) -> Result<u32, ApiError> {
-    if let Some(shard) = state.router.shard_for_id(id) {
-        return Ok(shard);
+/// Where an existing job lives: by its id, or in an older cluster by its tenant from the job
+/// index.
+async fn job_route(state: &AppState, id: Uuid) -> Result<Route<'static>, ApiError> {
+    if state.router.shard_for_id(id).is_some() {
+        return Ok(Route::Id(id));
     }
     let tenant = state
         .cluster
@@ -211,7 +215,7 @@ async fn job_shard(state: &AppState, id: Uuid) -> Result<u32, ApiError> {
         .await
         .map_err(|e| ApiError::Unavailable(e.to_string()))?
         .ok_or(ApiError::NotFound("job"))?;
-    Ok(state.router.shard_for_tenant(&tenant))
+    Ok(Route::Shard(state.router.shard_for_tenant(&tenant)))
 }
 
 /// Sends a request about job `id` to its shard. For a tenant token the job is read first, and
@@ -222,11 +226,11 @@ async fn job_call(
     id: Uuid,
     req: ShardRequest,
 ) -> Result<ShardReply, ApiError> {
-    let shard = job_shard(state, id).await?;
+    let route = job_route(state, id).await?;
     if caller.tenant().is_some() {
         let read = state
             .router
-            .call(shard, &ShardRequest::GetJob { job_id: id })
+            .call(route, &ShardRequest::GetJob { job_id: id })
             .await?;
         let (job, _) = job_reply(read)?;
         caller.sees(&job.spec.tenant, "job")?;
@@ -237,7 +241,7 @@ async fn job_call(
             });
         }
     }
-    Ok(state.router.call(shard, &req).await?)
+    Ok(state.router.call(route, &req).await?)
 }
 
 /// Read a job.
@@ -403,7 +407,7 @@ pub(super) async fn tenant_or_all(
             check_token("tenant", t, 64).map_err(|e| ApiError::field(e.field, e.message))?;
             vec![state
                 .router
-                .call(state.router.shard_for_tenant(t), req)
+                .call(Route::Tenant(t), req)
                 .await
                 .map_err(ApiError::from)]
         }
@@ -416,10 +420,10 @@ pub(super) async fn tenant_or_all(
 /// Finds a ticket: on the shard its id leads to, or in a cluster whose ids carry no routing key
 /// on whichever shard has it (every shard is asked; exactly one can have it).
 pub(super) async fn find_ticket(state: &AppState, ticket_id: Uuid) -> Result<TicketView, ApiError> {
-    if let Some(shard) = state.router.shard_for_id(ticket_id) {
+    if state.router.shard_for_id(ticket_id).is_some() {
         return match state
             .router
-            .call(shard, &ShardRequest::GetTicket { ticket_id })
+            .call(Route::Id(ticket_id), &ShardRequest::GetTicket { ticket_id })
             .await?
         {
             ShardReply::Ticket { ticket } => Ok(ticket),

@@ -14,6 +14,7 @@ pub mod ops;
 pub mod plugins;
 pub mod schedule;
 pub mod settings;
+pub mod shards;
 pub mod spec;
 pub mod tenants;
 pub mod tokens;
@@ -57,7 +58,8 @@ pub struct Shared {
     pub tokens: auth::Tokens,
     /// This replica's id.
     pub replica: String,
-    pub config: chronoshard_wire::rpc::ClusterConfig,
+    /// The cluster config as it changes (shards added, tenants moved).
+    pub config: tokio::sync::watch::Receiver<chronoshard_wire::rpc::ClusterConfig>,
     pub settings: crate::SettingsRx,
     pub leadership: tokio::sync::watch::Receiver<crate::leader::Leadership>,
     /// The strategies this replica can run (`/v1/plugins`).
@@ -131,7 +133,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(tenants::resume_tenant))
         .routes(routes!(tenants::trigger_tenant))
         .routes(routes!(schedule::preview))
-        .routes(routes!(cluster::list_shards))
+        .routes(routes!(shards::list_shards, shards::add_shards))
         .routes(routes!(cluster::list_nodes))
         .routes(routes!(cluster::drain_node))
         .routes(routes!(cluster::undrain_node))

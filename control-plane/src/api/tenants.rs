@@ -17,7 +17,7 @@ async fn tenant_call(
     caller.sees(tenant, "tenant")?;
     match state
         .router
-        .call(state.router.shard_for_tenant(tenant), &req)
+        .call(crate::routing::Route::Tenant(tenant), &req)
         .await?
     {
         ShardReply::Tenant { tenant } => Ok(tenant),

@@ -27,7 +27,7 @@ use chronoshard_cluster::{Cluster, Error as ClusterError};
 use chronoshard_plugin_api::Assignment;
 use chronoshard_telemetry::metrics;
 use chronoshard_wire::{
-    rpc::{NodeInfo, ShardAssignment},
+    rpc::{ClusterConfig, NodeInfo, ShardAssignment},
     settings::VersionedSettings,
     strategy::VersionedStrategy,
 };
@@ -48,7 +48,8 @@ pub const PASS_EVERY: Duration = Duration::from_secs(1);
 /// What the assignment loop needs.
 pub struct Assigner {
     pub cluster: Cluster,
-    pub shard_count: u32,
+    /// The cluster config: its shard count grows when shards are added.
+    pub config: watch::Receiver<ClusterConfig>,
     pub min_nodes: usize,
     pub settings: watch::Receiver<VersionedSettings>,
     pub leadership: watch::Receiver<Leadership>,
@@ -97,6 +98,7 @@ impl Assigner {
                 _ = self.settings.changed() => due = true,
                 _ = self.strategy.changed() => due = true,
                 _ = self.leadership.changed() => due = true,
+                _ = self.config.changed() => due = true,
             }
             let now = Instant::now();
             let view = liveness.view(s.heartbeat_ttl.0, now);
@@ -127,6 +129,7 @@ impl Assigner {
 
     /// One pass: read the map and the drains, plan, write the moves while still leading.
     async fn pass(&self, live: &[NodeInfo], failing: &mut Failing) -> Result<usize, ClusterError> {
+        let shard_count = self.config.borrow().shard_count;
         let current = self.cluster.assignments().await?;
         let draining: HashSet<String> = self
             .cluster
@@ -141,7 +144,7 @@ impl Assigner {
             .collect();
         let settings = self.settings.borrow().settings;
         let input = plan::Input {
-            shard_count: self.shard_count,
+            shard_count,
             owners: &owners,
             live,
             draining: &draining,
@@ -150,7 +153,7 @@ impl Assigner {
         };
         let active = self.strategy.borrow().clone();
         let Some(asked) = plan::strategy_input(&input, &active.config) else {
-            count_unowned(self.shard_count, &owners, live);
+            count_unowned(shard_count, &owners, live);
             return Ok(0);
         };
         let desired = self.desired(&active.name, asked, &input, failing).await;
@@ -192,12 +195,12 @@ impl Assigner {
                 // Someone else wrote the key since it was read: the next pass sees it.
                 Err(ClusterError::Conflict { .. }) => {}
                 Err(e) => {
-                    count_unowned(self.shard_count, &after, live);
+                    count_unowned(shard_count, &after, live);
                     return Err(e);
                 }
             }
         }
-        count_unowned(self.shard_count, &after, live);
+        count_unowned(shard_count, &after, live);
         Ok(changes)
     }
 

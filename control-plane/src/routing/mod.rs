@@ -8,9 +8,10 @@ use std::time::Duration;
 use chronoshard_cluster::LocalShards;
 use chronoshard_wire::{
     names,
-    rpc::{JobIds, RpcError, RpcErrorCode, ShardReply, ShardRequest},
+    rpc::{ClusterConfig, JobIds, RpcError, RpcErrorCode, ShardReply, ShardRequest},
 };
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
+use uuid::Uuid;
 
 pub use placement::{mint_job_id, Placement};
 
@@ -61,53 +62,108 @@ enum Attempt {
     Unknown(String),
 }
 
+/// Where a request goes: a shard, or wherever a tenant or an id lives at the moment it is
+/// sent (a call retried while its tenant moves follows the tenant).
+#[derive(Clone, Copy, Debug)]
+pub enum Route<'a> {
+    Shard(u32),
+    Tenant(&'a str),
+    /// A job or ticket id (in a cluster whose ids carry their routing key).
+    Id(Uuid),
+}
+
+impl From<u32> for Route<'_> {
+    fn from(shard: u32) -> Self {
+        Route::Shard(shard)
+    }
+}
+
 /// Maps tenants and jobs to shards and calls shard owners.
 #[derive(Clone)]
 pub struct Router {
     client: async_nats::Client,
-    placement: Placement,
+    placement: watch::Receiver<Placement>,
     local: LocalShards,
 }
 
 impl std::fmt::Debug for Router {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Router")
-            .field("placement", &self.placement)
+            .field("placement", &*self.placement.borrow())
             .finish()
     }
 }
 
-impl std::ops::Deref for Router {
-    type Target = Placement;
-
-    fn deref(&self) -> &Placement {
-        &self.placement
-    }
-}
-
 impl Router {
+    /// A router that places by `config` as it changes (shards added, tenants moved).
     pub fn new(
         client: async_nats::Client,
-        shard_count: u32,
-        job_ids: JobIds,
+        config: watch::Receiver<ClusterConfig>,
         local: LocalShards,
     ) -> Router {
         Router {
             client,
-            placement: Placement::new(shard_count, job_ids),
+            placement: follow_placement(config),
             local,
         }
     }
 
-    /// Sends a request to the owner of `shard`. Retries while nobody serves the shard (it is
-    /// moving or its owner is starting); a request that is safe to resend (a read, a create) is
-    /// also retried after a timeout, any other write is not, since it may have been applied.
-    /// Error replies of the shard come back as `CallError::Shard`.
-    pub async fn call(&self, shard: u32, req: &ShardRequest) -> Result<ShardReply, CallError> {
+    /// The placement in force now.
+    pub fn placement(&self) -> Placement {
+        self.placement.borrow().clone()
+    }
+
+    pub fn shard_count(&self) -> u32 {
+        self.placement.borrow().shard_count()
+    }
+
+    pub fn job_ids(&self) -> JobIds {
+        self.placement.borrow().job_ids()
+    }
+
+    pub fn shard_for_tenant(&self, tenant: &str) -> u32 {
+        self.placement.borrow().shard_for_tenant(tenant)
+    }
+
+    pub fn shard_for_id(&self, id: Uuid) -> Option<u32> {
+        self.placement.borrow().shard_for_id(id)
+    }
+
+    /// Whether `shard` holds the job or ticket `id` now (always true in a cluster whose ids
+    /// carry no routing key): during a move both shards may hold a copy, and only this one's
+    /// is the tenant's.
+    pub fn holds(&self, shard: u32, id: Uuid) -> bool {
+        self.shard_for_id(id).is_none_or(|s| s == shard)
+    }
+
+    fn resolve(&self, route: Route<'_>) -> u32 {
+        match route {
+            Route::Shard(s) => s,
+            Route::Tenant(t) => self.shard_for_tenant(t),
+            Route::Id(id) => self.shard_for_id(id).unwrap_or(0),
+        }
+    }
+
+    /// Sends a request to the owner of the shard `route` leads to. Retries while nobody serves
+    /// the shard (it is moving or its owner is starting) or the tenant is moving (the route is
+    /// followed afresh each time); a request that is safe to resend (a read, a create) is also
+    /// retried after a timeout, any other write is not, since it may have been applied. Error
+    /// replies of the shard come back as `CallError::Shard`.
+    pub async fn call<'a>(
+        &self,
+        route: impl Into<Route<'a>>,
+        req: &ShardRequest,
+    ) -> Result<ShardReply, CallError> {
+        let route = route.into();
         let deadline = tokio::time::Instant::now() + CALL_DEADLINE;
         let mut backoff = Duration::from_millis(20);
         loop {
+            let shard = self.resolve(route);
             let why = match self.attempt(shard, req).await {
+                // Nothing was applied: the shard refuses every request about a moving tenant.
+                Attempt::Reply(Err(CallError::Shard(e))) if e.code == RpcErrorCode::Moving => {
+                    e.message
+                }
                 Attempt::Reply(r) => return r,
                 Attempt::NotDelivered(why) => why,
                 Attempt::Unknown(why) if req.safe_to_resend() => why,
@@ -121,8 +177,11 @@ impl Router {
             if tokio::time::Instant::now() + backoff > deadline {
                 return Err(unavailable(why));
             }
+            // A tenant that moved is found by the placement's next change.
+            let mut placement = self.placement.clone();
+            placement.borrow_and_update();
+            let _ = tokio::time::timeout(backoff, placement.changed()).await;
             tracing::debug!(shard, %why, "retrying shard call");
-            tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_millis(500));
         }
     }
@@ -172,6 +231,20 @@ impl Router {
     pub async fn call_all(&self, req: &ShardRequest) -> Vec<Result<ShardReply, CallError>> {
         futures::future::join_all((0..self.shard_count()).map(|s| self.call(s, req))).await
     }
+}
+
+/// A channel holding the placement of the config's latest value.
+fn follow_placement(mut config: watch::Receiver<ClusterConfig>) -> watch::Receiver<Placement> {
+    let (tx, rx) = watch::channel(Placement::of(&config.borrow_and_update()));
+    tokio::spawn(async move {
+        while config.changed().await.is_ok() {
+            let placement = Placement::of(&config.borrow_and_update());
+            if tx.send(placement).is_err() {
+                return;
+            }
+        }
+    });
+    rx
 }
 
 /// The answer of a shard served in this process. Over NATS a shard that lost its epoch or is

@@ -8,10 +8,13 @@
 //! to keep. Clusters created before that (`JobIds::Indexed`) keep hashing the tenant's name and
 //! find a job's tenant in the job index.
 
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use chronoshard_wire::{ids, rpc::JobIds};
+use chronoshard_wire::{
+    ids,
+    rpc::{ClusterConfig, JobIds, KeyTarget},
+};
 use hashring::HashRing;
 use uuid::Uuid;
 
@@ -30,24 +33,9 @@ impl Hash for Point {
     }
 }
 
-/// A tenant's routing key: the top 16 bits of the SipHash of its name.
+/// A tenant's routing key (`ids::tenant_key`), as it is placed on the ring.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct RoutingKey(u16);
-
-impl RoutingKey {
-    fn of_tenant(tenant: &str) -> RoutingKey {
-        // SipHash-2-4 of the name's bytes alone, not through `Hash for str` (whose framing is
-        // std's to change): job ids keep these bits for as long as the job exists.
-        let mut h = hashring::DefaultHashBuilder.build_hasher();
-        h.write(tenant.as_bytes());
-        RoutingKey((h.finish() >> 48) as u16)
-    }
-
-    /// The key of a job id minted by `mint_job_id`, or of a ticket id of such a job.
-    fn of_id(id: Uuid) -> RoutingKey {
-        RoutingKey(ids::routing_key(id))
-    }
-}
 
 impl Hash for RoutingKey {
     // Bytes in a fixed order, so that the ring is the same on every platform.
@@ -58,15 +46,46 @@ impl Hash for RoutingKey {
 
 /// A new job id for `tenant`: it ends with the tenant's routing key (`chronoshard_wire::ids`).
 pub fn mint_job_id(tenant: &str) -> Uuid {
-    ids::mint(RoutingKey::of_tenant(tenant).0)
+    ids::mint(ids::tenant_key(tenant))
 }
 
-/// The shard of every tenant and job of one cluster.
+/// The consistent-hash ring of `n` shards.
+#[derive(Clone)]
+struct Ring(Arc<HashRing<Point>>);
+
+impl Ring {
+    fn new(shard_count: u32) -> Ring {
+        let mut ring = HashRing::new();
+        ring.batch_add(
+            (0..shard_count)
+                .flat_map(|s| (0..POINTS_PER_SHARD).map(move |r| Point(s, r)))
+                .collect(),
+        );
+        Ring(Arc::new(ring))
+    }
+
+    fn key(&self, key: u16) -> u32 {
+        self.0.get(&RoutingKey(key)).map(|p| p.0).unwrap_or(0)
+    }
+}
+
+/// While shards are being added: the ring before, and which tenants moved already.
+#[derive(Clone)]
+struct Growing {
+    before: Ring,
+    from: u32,
+    sealed: Vec<u32>,
+    /// Sorted.
+    moved: Vec<u16>,
+}
+
+/// The shard of every tenant and job of one cluster, as its config says now.
 #[derive(Clone)]
 pub struct Placement {
-    ring: Arc<HashRing<Point>>,
+    ring: Ring,
     shard_count: u32,
     job_ids: JobIds,
+    growing: Option<Arc<Growing>>,
 }
 
 impl std::fmt::Debug for Placement {
@@ -74,23 +93,36 @@ impl std::fmt::Debug for Placement {
         f.debug_struct("Placement")
             .field("shard_count", &self.shard_count)
             .field("job_ids", &self.job_ids)
+            .field("growing_from", &self.growing.as_ref().map(|g| g.from))
             .finish()
     }
 }
 
 impl Placement {
+    /// The placement of a cluster that does not grow (tests, and the rings of a growth).
     pub fn new(shard_count: u32, job_ids: JobIds) -> Placement {
-        let mut ring = HashRing::new();
-        ring.batch_add(
-            (0..shard_count)
-                .flat_map(|s| (0..POINTS_PER_SHARD).map(move |r| Point(s, r)))
-                .collect(),
-        );
         Placement {
-            ring: Arc::new(ring),
+            ring: Ring::new(shard_count),
             shard_count,
             job_ids,
+            growing: None,
         }
+    }
+
+    /// The placement `config` describes, shards being added included.
+    pub fn of(config: &ClusterConfig) -> Placement {
+        let mut p = Placement::new(config.shard_count, config.job_ids);
+        p.growing = config.growth.as_ref().map(|g| {
+            let mut moved = g.moved.clone();
+            moved.sort_unstable();
+            Arc::new(Growing {
+                before: Ring::new(g.from),
+                from: g.from,
+                sealed: g.sealed.clone(),
+                moved,
+            })
+        });
+        p
     }
 
     pub fn shard_count(&self) -> u32 {
@@ -101,12 +133,26 @@ impl Placement {
         self.job_ids
     }
 
-    pub fn shard_for_tenant(&self, tenant: &str) -> u32 {
-        let point = match self.job_ids {
-            JobIds::Indexed => self.ring.get(&tenant),
-            JobIds::TenantKey => self.ring.get(&RoutingKey::of_tenant(tenant)),
+    /// The shard of a routing key now: its new shard once its tenants moved there (or no
+    /// tenant of it ever lived on its old one), else its old shard.
+    pub fn shard_for_key(&self, key: u16) -> u32 {
+        let new = self.ring.key(key);
+        let Some(g) = &self.growing else {
+            return new;
         };
-        point.map(|p| p.0).unwrap_or(0)
+        let old = g.before.key(key);
+        if old == new || g.sealed.contains(&old) || g.moved.binary_search(&key).is_ok() {
+            new
+        } else {
+            old
+        }
+    }
+
+    pub fn shard_for_tenant(&self, tenant: &str) -> u32 {
+        match self.job_ids {
+            JobIds::Indexed => self.ring.0.get(&tenant).map(|p| p.0).unwrap_or(0),
+            JobIds::TenantKey => self.shard_for_key(ids::tenant_key(tenant)),
+        }
     }
 
     /// The shard of a job or a ticket, from its id alone: `None` in a cluster with
@@ -115,8 +161,35 @@ impl Placement {
     pub fn shard_for_id(&self, id: Uuid) -> Option<u32> {
         match self.job_ids {
             JobIds::Indexed => None,
-            JobIds::TenantKey => self.ring.get(&RoutingKey::of_id(id)).map(|p| p.0),
+            JobIds::TenantKey => Some(self.shard_for_key(ids::routing_key(id))),
         }
+    }
+
+    /// Every routing key that leaves `source` in the growth under way, with the shard it goes
+    /// to (none when nothing grows).
+    pub fn leaving(&self, source: u32) -> Vec<KeyTarget> {
+        let Some(g) = &self.growing else {
+            return Vec::new();
+        };
+        (0..=u16::MAX)
+            .filter_map(|key| {
+                let (old, new) = (g.before.key(key), self.ring.key(key));
+                (old == source && new != old).then_some(KeyTarget { key, target: new })
+            })
+            .collect()
+    }
+
+    /// The shard `key` lived on before the growth under way (its shard now when nothing grows).
+    pub fn old_shard_for_key(&self, key: u16) -> u32 {
+        match &self.growing {
+            Some(g) => g.before.key(key),
+            None => self.ring.key(key),
+        }
+    }
+
+    /// The shard `key` goes to (or stays on) in the growth under way.
+    pub fn new_shard_for_key(&self, key: u16) -> u32 {
+        self.ring.key(key)
     }
 }
 
@@ -163,7 +236,7 @@ mod tests {
         assert_eq!(shards(JobIds::Indexed), [3, 0, 0, 4]);
         assert_eq!(shards(JobIds::TenantKey), [3, 2, 1, 6]);
         // SipHash-2-4 with zero keys over b"acme", top 16 bits (checked against another implementation).
-        assert_eq!(RoutingKey::of_tenant("acme"), RoutingKey(42535));
+        assert_eq!(ids::tenant_key("acme"), 42535);
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::time::Duration;
 use async_nats::jetstream::kv;
 use chronoshard_wire::{
     names,
+    rpc::ClusterConfig,
     settings::{Settings, VersionedSettings},
     strategy::VersionedStrategy,
 };
@@ -51,7 +52,33 @@ impl Versioned for VersionedStrategy {
     }
 }
 
+impl Versioned for ClusterConfig {
+    const WHAT: &'static str = "cluster config";
+
+    fn version(&self) -> u64 {
+        self.version
+    }
+
+    fn applied(&self) {
+        tracing::debug!(
+            version = self.version,
+            shards = self.shard_count,
+            "cluster config applied"
+        );
+    }
+}
+
 impl Cluster {
+    /// A channel that holds the cluster config and every change to it (shards added, tenants
+    /// moved) until `stop`, starting from `current`.
+    pub fn follow_config(
+        &self,
+        current: ClusterConfig,
+        stop: CancellationToken,
+    ) -> watch::Receiver<ClusterConfig> {
+        self.follow(names::CLUSTER_CONFIG_KEY, current, stop)
+    }
+
     /// A channel that holds the cluster's settings and every change to them until `stop`.
     /// Until an entry is read it holds `fallback` as version 0 (a node that starts before any
     /// control plane has written settings runs with the defaults meanwhile).

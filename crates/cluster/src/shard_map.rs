@@ -42,6 +42,29 @@ impl Cluster {
         }
     }
 
+    /// The cluster config with the KV revision of its entry.
+    pub async fn config_entry(&self) -> Result<Option<(ClusterConfig, u64)>> {
+        self.versioned(
+            names::CLUSTER_CONFIG_KEY,
+            "read cluster config",
+            "cluster config",
+        )
+        .await
+    }
+
+    /// Replaces the cluster config if its entry is still at `revision` (`Error::Conflict`
+    /// otherwise); the caller raises its version.
+    pub async fn put_config(&self, c: &ClusterConfig, revision: u64) -> Result<u64> {
+        self.update(
+            names::CLUSTER_CONFIG_KEY,
+            c,
+            revision,
+            "cluster config",
+            "write cluster config",
+        )
+        .await
+    }
+
     /// The live settings with the KV revision of their entry, if a control plane wrote them.
     pub async fn settings(&self) -> Result<Option<(VersionedSettings, u64)>> {
         self.versioned(names::SETTINGS_KEY, "read settings", "settings")

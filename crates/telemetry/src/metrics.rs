@@ -4,8 +4,9 @@
 use std::sync::LazyLock;
 
 use prometheus::{
-    register_gauge_vec, register_histogram_vec, register_int_counter_vec, register_int_gauge_vec,
-    Encoder, GaugeVec, HistogramVec, IntCounterVec, IntGaugeVec, TextEncoder,
+    register_gauge_vec, register_histogram, register_histogram_vec, register_int_counter_vec,
+    register_int_gauge, register_int_gauge_vec, Encoder, GaugeVec, Histogram, HistogramVec,
+    IntCounterVec, IntGauge, IntGaugeVec, TextEncoder,
 };
 
 pub const JOBS_CREATED: &str = "chronoshard_jobs_created_total";
@@ -45,6 +46,9 @@ pub const PUBLISH_SECONDS: &str = "chronoshard_publish_seconds";
 pub const DB_SECONDS: &str = "chronoshard_db_seconds";
 pub const DB_CONNECTIONS: &str = "chronoshard_db_connections";
 pub const NODE_HEARTBEAT_AGE: &str = "chronoshard_node_heartbeat_age_seconds";
+pub const TENANT_MOVES: &str = "chronoshard_tenant_moves_total";
+pub const TENANT_MOVE_SECONDS: &str = "chronoshard_tenant_move_seconds";
+pub const GROWTH_SHARDS_PENDING: &str = "chronoshard_growth_shards_pending";
 
 const LATENESS_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -334,6 +338,35 @@ pub static SHARDS_UNOWNED_GAUGE: LazyLock<IntGaugeVec> = LazyLock::new(|| {
         SHARDS_UNOWNED,
         "shards with no live owner at the leader's last assignment pass, by their last owner",
         &["node"]
+    )
+    .expect("metric")
+});
+/// Tenant moves of a growth (shards added), by outcome: `done`, or `retried` when a step failed
+/// and the move was taken up again. Only the leader moves tenants.
+pub static TENANT_MOVES_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        TENANT_MOVES,
+        "tenant moves to added shards, by outcome",
+        &["result"]
+    )
+    .expect("metric")
+});
+/// How long a tenant move kept its tenants frozen (no fires, writes waiting): from the freeze on
+/// the old shard to the switch of the API to the new one.
+pub static TENANT_MOVE_SECONDS_HISTOGRAM: LazyLock<Histogram> = LazyLock::new(|| {
+    register_histogram!(
+        TENANT_MOVE_SECONDS,
+        "seconds a moving tenant was frozen",
+        vec![0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
+    )
+    .expect("metric")
+});
+/// Old shards that still have tenants to hand to added shards (0 when no shards are being
+/// added). Only the leader has a series.
+pub static GROWTH_SHARDS_PENDING_GAUGE: LazyLock<IntGauge> = LazyLock::new(|| {
+    register_int_gauge!(
+        GROWTH_SHARDS_PENDING,
+        "old shards whose leaving tenants have not all moved to added shards"
     )
     .expect("metric")
 });

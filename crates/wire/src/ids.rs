@@ -2,7 +2,18 @@
 //! id leads to its shard (how a key maps to a shard is the control plane's placement). A ticket
 //! carries its job's key, a job its tenant's.
 
+use std::hash::{BuildHasher, Hasher};
+
 use uuid::Uuid;
+
+/// A tenant's routing key: the top 16 bits of SipHash-2-4 (zero keys) of its name's bytes alone,
+/// not through `Hash for str` (whose framing is std's to change): job ids keep these bits for as
+/// long as the job exists.
+pub fn tenant_key(tenant: &str) -> u16 {
+    let mut h = hashring::DefaultHashBuilder.build_hasher();
+    h.write(tenant.as_bytes());
+    (h.finish() >> 48) as u16
+}
 
 /// A new id ending with `key`. The 48-bit millisecond time and the 42-bit counter before the key
 /// are `Uuid::now_v7`'s, so ids minted by one process stay unique and increasing; 16 random bits

@@ -8,6 +8,7 @@
 //! (openapi/openapi.json, docs/protocol.md), so they are only ever extended, never renamed.
 
 pub mod duration;
+pub mod growth;
 pub mod ids;
 pub mod job;
 pub mod names;

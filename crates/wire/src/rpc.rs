@@ -8,7 +8,10 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::{DeadLetter, Job, JobPatch, JobSpec, RunView, TicketView};
+use crate::{
+    growth::{ExportCursor, MovePage},
+    DeadLetter, Job, JobPatch, JobSpec, RunView, TicketView,
+};
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -75,6 +78,49 @@ pub enum ShardRequest {
         tenant: String,
     },
     Ping,
+    /// Tenants with rows on the shard, with their job counts (which tenants a growth moves).
+    ListTenants,
+    /// The tenants of these routing keys leave the shard for the given shards: stop firing
+    /// them and taking their writes (`Moving`) until they are released or thawed.
+    FreezeKeys {
+        moves: Vec<KeyTarget>,
+    },
+    /// Rows of frozen tenants, a page at a time.
+    ExportTenants {
+        tenants: Vec<String>,
+        cursor: ExportCursor,
+        max_bytes: u32,
+    },
+    /// Keeps page `seq` of the rows arriving for `key` until `CommitImport`.
+    StageImport {
+        key: u16,
+        seq: u32,
+        pages: Vec<MovePage>,
+    },
+    /// Makes the staged rows of `key` the shard's own, in one transaction, and fires them.
+    CommitImport {
+        key: u16,
+    },
+    /// The tenants live on their new shards now: delete their rows here, and send what still
+    /// arrives for these keys (late results, stale callers) on.
+    ReleaseKeys {
+        moves: Vec<KeyTarget>,
+        tenants: Vec<String>,
+    },
+}
+
+/// A routing key leaving a shard, and the shard it goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyTarget {
+    pub key: u16,
+    pub target: u32,
+}
+
+/// A tenant on a shard, with its jobs that are not deleted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantJobs {
+    pub tenant: String,
+    pub jobs: u64,
 }
 
 impl ShardRequest {
@@ -90,14 +136,55 @@ impl ShardRequest {
                 | ShardRequest::ListDeadLetters { .. }
                 | ShardRequest::GetTenant { .. }
                 | ShardRequest::Ping
+                | ShardRequest::ListTenants
+                | ShardRequest::ExportTenants { .. }
         )
     }
 
     /// Whether the request may be sent again when it may have been delivered already: reads,
-    /// and a create, which carries the job id the control plane minted for it (the shard
-    /// answers a second copy with the job the first one created).
+    /// a create, which carries the job id the control plane minted for it (the shard answers a
+    /// second copy with the job the first one created), and the steps of a tenant move, each of
+    /// which leaves the same state however often it is applied.
     pub fn safe_to_resend(&self) -> bool {
-        !self.is_write() || matches!(self, ShardRequest::CreateJob { .. })
+        !self.is_write()
+            || matches!(
+                self,
+                ShardRequest::CreateJob { .. }
+                    | ShardRequest::FreezeKeys { .. }
+                    | ShardRequest::StageImport { .. }
+                    | ShardRequest::CommitImport { .. }
+                    | ShardRequest::ReleaseKeys { .. }
+            )
+    }
+
+    /// The routing key of the tenant or job the request is about (job and ticket ids carry
+    /// it), if it is about one; `tenant_key` gives a tenant's.
+    pub fn routing_key(&self, tenant_key: impl Fn(&str) -> u16) -> Option<u16> {
+        use ShardRequest as R;
+        match self {
+            R::CreateJob { job_id, .. }
+            | R::GetJob { job_id }
+            | R::PatchJob { job_id, .. }
+            | R::DeleteJob { job_id }
+            | R::PauseJob { job_id }
+            | R::ResumeJob { job_id }
+            | R::TriggerJob { job_id }
+            | R::ListRuns { job_id, .. } => Some(crate::ids::routing_key(*job_id)),
+            R::GetTicket { ticket_id } | R::ReplayTicket { ticket_id } => {
+                Some(crate::ids::routing_key(*ticket_id))
+            }
+            R::ListJobs {
+                tenant: Some(t), ..
+            }
+            | R::ListDeadLetters {
+                tenant: Some(t), ..
+            }
+            | R::GetTenant { tenant: t }
+            | R::PauseTenant { tenant: t }
+            | R::ResumeTenant { tenant: t }
+            | R::TriggerTenant { tenant: t } => Some(tenant_key(t)),
+            _ => None,
+        }
     }
 }
 
@@ -133,6 +220,17 @@ pub enum ShardReply {
         epoch: u64,
         wheel_len: u64,
     },
+    Tenants {
+        tenants: Vec<TenantJobs>,
+    },
+    Exported {
+        pages: Vec<MovePage>,
+        next: Option<ExportCursor>,
+    },
+    /// A step of a tenant move was applied; `rows` it wrote or deleted.
+    MoveStep {
+        rows: u64,
+    },
     Error(RpcError),
 }
 
@@ -152,6 +250,9 @@ pub enum RpcErrorCode {
     RateLimited,
     /// The tenant has `tenant_max_jobs` jobs that can still fire.
     QuotaExceeded,
+    /// The tenant is moving to another shard (or has moved): ask again, by the newest
+    /// placement.
+    Moving,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
@@ -206,6 +307,7 @@ pub struct ShardAssignment {
 /// plane started later with other values refuses to start.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ClusterConfig {
+    /// Shards that exist now: 0 to `shard_count - 1`.
     pub shard_count: u32,
     /// Absent in the config of a cluster created before job ids carried their routing key.
     #[serde(default)]
@@ -213,6 +315,15 @@ pub struct ClusterConfig {
     /// Absent in the config of a cluster created before the mode was a choice.
     #[serde(default)]
     pub sharding: Sharding,
+    /// Goes up by one with every change (shards added, a tenant moved).
+    #[serde(default)]
+    pub version: u64,
+    /// The shard count the cluster was created with (absent: it never grew).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_with: Option<u32>,
+    /// Present while added shards take over their tenants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub growth: Option<crate::growth::Growth>,
 }
 
 impl ClusterConfig {
@@ -222,7 +333,15 @@ impl ClusterConfig {
             shard_count,
             job_ids: JobIds::TenantKey,
             sharding,
+            version: 1,
+            created_with: None,
+            growth: None,
         }
+    }
+
+    /// The shard count the cluster was created with.
+    pub fn initial_shard_count(&self) -> u32 {
+        self.created_with.unwrap_or(self.shard_count)
     }
 }
 

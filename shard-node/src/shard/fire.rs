@@ -46,6 +46,16 @@ pub(crate) enum Timer {
     Deadline { ticket: Uuid, attempt: u32 },
 }
 
+impl Timer {
+    /// The job or ticket the timer is about (its routing key is its tenant's).
+    pub fn id(&self) -> Uuid {
+        match *self {
+            Timer::Occurrence { job, .. } => job,
+            Timer::Retry { ticket, .. } | Timer::Deadline { ticket, .. } => ticket,
+        }
+    }
+}
+
 // The wheel's entry budget (under 64 bytes per pending entry) holds for this payload:
 // 48 bytes (deadline, sequence number and this 32-byte payload, since the wheel stores entries
 // by value).
@@ -132,6 +142,15 @@ impl Shard {
         self.wheel.advance(now.max(0) as u64, &mut due);
         let mut others = Vec::new();
         for (_, timer) in due.drain(..) {
+            // A tenant leaving this shard fires on its new one.
+            if self.leaving.holds_back(timer.id()) {
+                if let Timer::Occurrence { job, at, .. } = timer {
+                    if self.in_wheel.get(&job).is_some_and(|(t, _)| *t == at) {
+                        self.in_wheel.remove(&job);
+                    }
+                }
+                continue;
+            }
             match timer {
                 Timer::Occurrence {
                     job,
@@ -157,6 +176,7 @@ impl Shard {
         for _ in 0..FIRE_BATCHES_PER_TURN {
             let chunk: Vec<Due> = std::iter::from_fn(|| self.backlog.pop())
                 .take(FIRE_BATCH)
+                .filter(|d| !self.leaving.holds_back(d.job))
                 .collect();
             if chunk.is_empty() {
                 break;
@@ -507,12 +527,29 @@ impl Shard {
     /// watchdog checks of started attempts, buffered occurrences whose run ended meanwhile.
     /// Retries already due are the dispatcher's outbox scan's to publish.
     pub(super) async fn recover(&mut self, now: i64) -> Result<(), ShardError> {
+        self.recover_matching(now, &|_| true).await
+    }
+
+    /// Puts back into the wheel what the store holds for the routing keys `keep` accepts: the
+    /// tickets fired ahead, retry timers and watchdog checks, buffered occurrences, and (for
+    /// rows that arrived after the wheel was loaded) the occurrences due within what is loaded.
+    pub(super) async fn recover_matching(
+        &mut self,
+        now: i64,
+        keep: &(dyn Fn(u16) -> bool + Sync),
+    ) -> Result<(), ShardError> {
+        let of = |id: Uuid| keep(chronoshard_wire::ids::routing_key(id));
         self.paused = self.store.paused_tenants().await?.into_iter().collect();
         for (job, tenant, ticket, at) in self.store.fired_ahead(now).await? {
-            self.note_fired_ahead(job, &tenant, vec![(ticket, at)]);
+            if of(job) {
+                self.note_fired_ahead(job, &tenant, vec![(ticket, at)]);
+            }
         }
         for a in self.store.open_attempts().await? {
             let (ticket, attempt) = (a.ticket, a.attempt);
+            if !of(ticket) {
+                continue;
+            }
             match (a.published_at, a.started_at, a.not_before) {
                 (_, Some(started), _) => self.arm(
                     watchdog::first_check(started, a.timeout_ms),
@@ -525,7 +562,16 @@ impl Shard {
             }
         }
         for job in self.store.jobs_with_buffered().await? {
-            self.release_buffered(job, now).await?;
+            if of(job) {
+                self.release_buffered(job, now).await?;
+            }
+        }
+        if let Some(until) = self.loaded_until {
+            for row in self.store.due_jobs(None, until).await? {
+                if of(row.id) {
+                    self.track(Due::from_row(&row));
+                }
+            }
         }
         Ok(())
     }

@@ -12,6 +12,7 @@ pub mod fair;
 mod fire;
 mod limits;
 mod load;
+mod moves;
 mod ops;
 pub mod plan;
 mod results;
@@ -167,6 +168,7 @@ pub async fn run(ctx: ShardContext, cancel: CancellationToken) -> Result<(), Sha
 async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), ShardError> {
     let now = ctx.clock.now_ms();
     let store = Store::open(&ctx.databases, ctx.shard, ctx.epoch, &ctx.node_id, now).await?;
+    let leaving = Arc::new(moves::Leaving::new(store.key_moves().await?));
     // Child token: a fenced store or a failed task stops the whole shard, not the node.
     let stop = cancel.child_token();
     let wheel_len = Arc::new(AtomicU64::new(0));
@@ -176,10 +178,18 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
     let served = served::Served::new(ctx.live_queues.clone(), ctx.cluster.clone());
     let load = load::start(store.clone(), served.clone(), stop.clone());
     let (cmd_tx, cmd_rx) = mpsc::channel(1024);
-    let results = results::start(store.clone(), ctx.clone(), cmd_tx.clone(), stop.clone()).await?;
+    let results = results::start(
+        store.clone(),
+        ctx.clone(),
+        leaving.clone(),
+        cmd_tx.clone(),
+        stop.clone(),
+    )
+    .await?;
     let rpc = rpc::start(
         store.clone(),
         ctx.clone(),
+        leaving.clone(),
         served,
         cmd_tx,
         wheel_len.clone(),
@@ -202,6 +212,7 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
         wheel_len,
         due: Vec::new(),
         metrics: ShardMetrics::new(ctx.shard),
+        leaving,
     };
     let outcome = match shard.recover(now).await {
         Ok(()) => shard.event_loop(cmd_rx, stop.clone()).await,
@@ -244,6 +255,8 @@ struct Shard {
     /// Jobs that can still fire, per tenant, counted for the create batch being written
     /// (`tenant_max_jobs`); cleared per batch.
     batch_jobs: HashMap<String, u64>,
+    /// Routing keys whose tenants leave this shard (shards were added).
+    leaving: Arc<moves::Leaving>,
 }
 
 /// This shard's metric handles, resolved once: the fire path must not format labels per fire.
@@ -338,6 +351,9 @@ impl Shard {
             match cmd {
                 // A caller that gave up must not have its write applied late.
                 Command::Request(_, reply) if reply.is_closed() => {}
+                Command::Request(req, reply) if self.leaving.refusal(&req).is_some() => {
+                    let _ = reply.send(self.leaving.refusal(&req).expect("refused"));
+                }
                 Command::Request(ShardRequest::CreateJob { .. }, _) => {
                     let mut batch = Vec::new();
                     let mut cmd = Some(cmd);
@@ -352,12 +368,17 @@ impl Shard {
                                 reply,
                             ) => {
                                 if !reply.is_closed() {
-                                    batch.push(rpc::Create {
-                                        job_id,
-                                        spec,
-                                        idempotency_key,
-                                        reply,
-                                    });
+                                    match self.leaving.refuse_create(job_id) {
+                                        Some(refused) => {
+                                            let _ = reply.send(refused);
+                                        }
+                                        None => batch.push(rpc::Create {
+                                            job_id,
+                                            spec,
+                                            idempotency_key,
+                                            reply,
+                                        }),
+                                    }
                                 }
                                 if batch.len() < CREATE_BATCH {
                                     cmd = queue.try_recv().ok();

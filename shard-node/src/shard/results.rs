@@ -5,20 +5,21 @@
 //! goes silent (no result, no idle heartbeat) or ends is given up and opened again, the consumer
 //! with it; what it had brought and was not applied goes back first.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use async_nats::jetstream::{
     consumer::pull::{self, MessagesError, MessagesErrorKind},
     AckKind, Message,
 };
 use chronoshard_telemetry::{metrics, traces};
-use chronoshard_wire::{names, ResultKind, TicketResult};
+use chronoshard_wire::{growth::KeyMove, ids, names, ResultKind, TicketResult};
 use futures::{FutureExt, StreamExt};
 use tokio::{sync::mpsc, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
 use super::{
+    moves::Leaving,
     store::{Store, StoreError},
     Command, ShardContext, ShardError,
 };
@@ -52,6 +53,7 @@ type Batches = futures::stream::ReadyChunks<pull::Stream>;
 pub(crate) async fn start(
     store: Store,
     ctx: ShardContext,
+    leaving: Arc<Leaving>,
     commands: mpsc::Sender<Command>,
     stop: CancellationToken,
 ) -> Result<JoinHandle<()>, ShardError> {
@@ -59,7 +61,7 @@ pub(crate) async fn start(
     let batches = open(&ctx).await?;
     let span = tracing::info_span!("results", shard_id = ctx.shard);
     Ok(tokio::spawn(
-        run(store, ctx, commands, stop, batches).instrument(span),
+        run(store, ctx, leaving, commands, stop, batches).instrument(span),
     ))
 }
 
@@ -139,6 +141,7 @@ enum Ended {
 async fn run(
     store: Store,
     ctx: ShardContext,
+    leaving: Arc<Leaving>,
     commands: mpsc::Sender<Command>,
     stop: CancellationToken,
     mut batches: Batches,
@@ -146,7 +149,17 @@ async fn run(
     let label = ctx.shard.to_string();
     loop {
         let opened = tokio::time::Instant::now();
-        let lost = match consume(&store, &ctx, &commands, &stop, &label, &mut batches).await {
+        let lost = match consume(
+            &store,
+            &ctx,
+            &leaving,
+            &commands,
+            &stop,
+            &label,
+            &mut batches,
+        )
+        .await
+        {
             Ended::Stopped => {
                 let handed = hand_back(batches).await;
                 if handed > 0 {
@@ -198,6 +211,7 @@ async fn run(
 async fn consume(
     store: &Store,
     ctx: &ShardContext,
+    leaving: &Leaving,
     commands: &mpsc::Sender<Command>,
     stop: &CancellationToken,
     label: &str,
@@ -241,10 +255,15 @@ async fn consume(
                 }
             }
         }
+        // Shared while the batch is applied: a freeze waits for it, and once frozen, a key's
+        // results wait.
+        let held = leaving.gate.read().await;
+        let (results, msgs) = divert(leaving, ctx, results, msgs).await;
         if !results.is_empty() {
             let start = std::time::SystemTime::now();
             match store.apply_results(&results, ctx.clock.now_ms()).await {
                 Ok(mut applied) => {
+                    drop(held);
                     count_applied(label, &results);
                     trace_applied(&results, &msgs, start);
                     for m in msgs {
@@ -275,6 +294,59 @@ async fn consume(
             return Ended::Lost(lost);
         }
     }
+}
+
+/// Takes out of a batch the results of tenants leaving this shard: those of a frozen key wait
+/// (redelivered after a second), those of a gone key are sent on to its new shard, under a
+/// message id of their own so the stream does not take them for copies of themselves.
+async fn divert(
+    leaving: &Leaving,
+    ctx: &ShardContext,
+    results: Vec<TicketResult>,
+    msgs: Vec<Message>,
+) -> (Vec<TicketResult>, Vec<Message>) {
+    if leaving.is_empty() {
+        return (results, msgs);
+    }
+    let (mut keep_r, mut keep_m) = (Vec::new(), Vec::new());
+    for (r, m) in results.into_iter().zip(msgs) {
+        match leaving.get(ids::routing_key(r.ticket_id)) {
+            None => {
+                keep_r.push(r);
+                keep_m.push(m);
+            }
+            Some((_, KeyMove::Frozen)) => {
+                let _ = m.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await;
+            }
+            Some((target, KeyMove::Gone)) => {
+                let mut msg = async_nats::jetstream::message::PublishMessage::build()
+                    .payload(m.payload.clone())
+                    .message_id(format!("{}>{target}", r.dedup_id()));
+                if let Some(parent) = m.headers.as_ref().and_then(|h| h.get(names::TRACEPARENT)) {
+                    msg = msg.header(names::TRACEPARENT, parent.as_str());
+                }
+                let sent = match ctx
+                    .cluster
+                    .js
+                    .send_publish(names::result_subject(target), msg)
+                    .await
+                {
+                    Ok(ack) => ack.await.map(|_| ()).map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
+                match sent {
+                    Ok(()) => {
+                        let _ = m.ack().await;
+                    }
+                    Err(e) => {
+                        warn!(error = %e, target, "could not send a result on to the tenant's new shard");
+                        let _ = m.ack_with(AckKind::Nak(Some(Duration::from_secs(1)))).await;
+                    }
+                }
+            }
+        }
+    }
+    (keep_r, keep_m)
 }
 
 /// Tops up a small batch with what arrives within `LINGER`, until it is no longer small (it may

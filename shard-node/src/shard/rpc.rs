@@ -24,6 +24,7 @@ use super::{
     compile,
     fire::Due,
     first_occurrence,
+    moves::{self, Leaving},
     served::Served,
     store::{reason, CreateOutcome, Fired, JobRow, Store, StoreError},
     upcoming, Command, Shard, ShardContext, ShardError,
@@ -43,6 +44,7 @@ pub(super) struct Create {
 pub(crate) async fn start(
     store: Store,
     ctx: ShardContext,
+    leaving: Arc<Leaving>,
     served: Arc<Served>,
     commands: mpsc::Sender<Command>,
     wheel_len: Arc<AtomicU64>,
@@ -63,6 +65,7 @@ pub(crate) async fn start(
     let server = Server {
         store,
         ctx,
+        leaving,
         served,
         commands,
         wheel_len,
@@ -138,6 +141,7 @@ pub(crate) async fn start(
 struct Server {
     store: Store,
     ctx: ShardContext,
+    leaving: Arc<Leaving>,
     served: Arc<Served>,
     commands: mpsc::Sender<Command>,
     wheel_len: Arc<AtomicU64>,
@@ -147,10 +151,18 @@ async fn serve(req: ShardRequest, server: &Server) -> ShardReply {
     let Server {
         store,
         ctx,
+        leaving,
         served,
         commands,
         wheel_len,
     } = server;
+    // Writes are refused by the event loop, in order with the freeze; a read of a tenant that
+    // is gone would find nothing here.
+    if !req.is_write() {
+        if let Some(refused) = leaving.refusal(&req) {
+            return refused;
+        }
+    }
     let read = async {
         Ok::<_, ShardError>(match req {
             ShardRequest::GetJob { job_id } => match store.get_job(job_id).await? {
@@ -228,6 +240,17 @@ async fn serve(req: ShardRequest, server: &Server) -> ShardReply {
             ShardRequest::GetTenant { ref tenant } => ShardReply::Tenant {
                 tenant: store.tenant(tenant).await?,
             },
+            ShardRequest::ListTenants => moves::tenant_list(store.tenants().await?),
+            ShardRequest::ExportTenants {
+                ref tenants,
+                ref cursor,
+                max_bytes,
+            } => {
+                let (pages, next) = store
+                    .export_tenants(tenants, cursor, max_bytes as usize)
+                    .await?;
+                ShardReply::Exported { pages, next }
+            }
             ShardRequest::Ping => ShardReply::Pong {
                 shard: ctx.shard,
                 epoch: ctx.epoch,
@@ -301,6 +324,9 @@ pub(crate) fn view(row: &JobRow, shard: u32) -> Job {
 impl Shard {
     /// Applies a write request inside the event loop.
     pub(super) async fn handle(&mut self, req: ShardRequest) -> Result<ShardReply, ShardError> {
+        if super::moves::is_move(&req) {
+            return self.handle_move(req).await;
+        }
         let now = self.ctx.clock.now_ms();
         let shard = self.ctx.shard;
         let job_id = match &req {

@@ -5,14 +5,16 @@
 //! owner (every write transaction starts by checking the epoch in `shard_meta`).
 //!
 //! One set of queries serves both backends through sqlx's `Any` driver: placeholders are `$n`
-//! (SQLite reads them by number too; statements built for many rows use [`Params`] instead),
-//! integers are 64-bit, and the only backend-specific SQL outside the two migration folders is
+//! (SQLite reads them by number too; statements built for many rows use [`Params`] instead, and
+//! those of tenant moves sqlx's `QueryBuilder`, see `moves::statement`), integers are 64-bit,
+//! and the only backend-specific SQL outside the two migration folders is
 //! `json_rows_of`'s aggregate and SQLite's one-trip transactions (`one_trip`: a whole write
 //! transaction as one multi-statement string, for creates and ack marking). It must not know
 //! about NATS, the wheel or the clock: callers pass `now`.
 
 mod bulk;
 mod jobs;
+mod moves;
 mod one_trip;
 mod outbox;
 mod results;
@@ -28,6 +30,7 @@ use sqlx::{
 };
 
 pub use jobs::{CreateOutcome, DueRow, JobRow};
+pub use moves::{Cell, ExportCursor, Imported, KeyMove, MovePage, MovedTable, PAGE_OVERHEAD};
 pub use outbox::{Acked, Outgoing, Unstarted};
 pub use results::{Applied, FollowUp, OpenAttempt, Replay};
 pub use tickets::{reason, FireOutcome, FireRequest, Fired, NotFiredRow};
@@ -103,6 +106,9 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("corrupt row in shard database: {0}")]
     Corrupt(String),
+    /// A page or cursor of a tenant move does not fit the table it names: nothing was written.
+    #[error("tenant move refused: {0}")]
+    BadMove(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -33,6 +33,7 @@ macro_rules! store_tests {
 }
 
 mod engine;
+mod moves;
 mod one_trip;
 mod outbox;
 mod reference;
