@@ -86,6 +86,7 @@ async fn shards_added_under_load_move_tenants_without_a_lost_or_doubled_fire() {
     })
     .await
     .unwrap();
+    let grow_at = Utc::now();
     let (status, map) = api.post("/v1/shards", &json!({"add": 4})).await;
     assert_eq!(status, 202, "{map}");
     assert_eq!(map["shard_count"], 8, "{map}");
@@ -106,7 +107,9 @@ async fn shards_added_under_load_move_tenants_without_a_lost_or_doubled_fire() {
 
     // Creates keep coming while tenants move: each lands where its tenant is placed.
     let during = std::sync::Mutex::new(BTreeMap::new());
+    let grown_at = std::sync::Mutex::new(Utc::now());
     let grown = wait_for("the growth to finish", Duration::from_secs(120), || async {
+        *grown_at.lock().unwrap() = Utc::now();
         let i = during.lock().unwrap().len();
         let at = Utc::now() + chrono::Duration::seconds(2);
         let body = json!({"tenant": tenant(i % TENANTS), "name": "during", "schedule": {"at": at},
@@ -176,6 +179,33 @@ async fn shards_added_under_load_move_tenants_without_a_lost_or_doubled_fire() {
         each_once(&per, job, runs);
     }
     eprintln!("checked after {:?}", began.elapsed());
+    // How late the ticks ran (the sink's receipt after the due time) before, during and after.
+    let grown_at = grown_at.into_inner().unwrap();
+    let mut late: [Vec<i64>; 3] = Default::default();
+    for ((job, at), got) in &per {
+        if !tickers.contains_key(job) {
+            continue;
+        }
+        let at: chrono::DateTime<Utc> = at.parse().unwrap();
+        let phase = usize::from(at >= grow_at) + usize::from(at > grown_at);
+        late[phase].push((got[0] - at).num_milliseconds());
+    }
+    for (name, l) in ["before", "during", "after"].iter().zip(&mut late) {
+        l.sort_unstable();
+        let q = |f: f64| {
+            l.get(((l.len() as f64 - 1.0) * f) as usize)
+                .copied()
+                .unwrap_or(0)
+        };
+        eprintln!(
+            "tick lateness {name} the growth: {} ticks, p50 {} ms, p99 {} ms, max {} ms",
+            l.len(),
+            q(0.5),
+            q(0.99),
+            q(1.0)
+        );
+    }
+    eprintln!("growth took {} ms", (grown_at - grow_at).num_milliseconds());
     for job in one_shots.keys().chain(during.keys()) {
         let n: usize = per
             .iter()
