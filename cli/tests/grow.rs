@@ -125,6 +125,11 @@ async fn shards_added_under_load_move_tenants_without_a_lost_or_doubled_fire() {
     assert_eq!(grown["shard_count"], 8);
     let owners = wait_settled(&api, &["node-a", "node-b"]).await;
     assert_eq!(owners.values().map(|s| s.len()).sum::<usize>(), 8);
+    // A node that joins under the same load takes its share of the 8 shards; the occurrences
+    // checked below span its join too.
+    d.node("node-c").await;
+    let owners = wait_settled(&api, &["node-a", "node-b", "node-c"]).await;
+    assert!(!owners["node-c"].is_empty(), "{owners:?}");
 
     // The growth really moved tenants: jobs now answer from added shards.
     let mut moved: BTreeSet<String> = BTreeSet::new();
@@ -245,10 +250,6 @@ async fn shards_added_under_load_move_tenants_without_a_lost_or_doubled_fire() {
         "{fresh:?} on {shard_now}"
     );
 
-    // A node that joins now takes its share of the 8 shards.
-    d.node("node-c").await;
-    let owners = wait_settled(&api, &["node-a", "node-b", "node-c"]).await;
-    assert!(!owners["node-c"].is_empty(), "{owners:?}");
     eprintln!(
         "grew 4 -> 8 shards under {} jobs; {} of {TENANTS} tenants moved; {} creates during the growth",
         tickers.len() + one_shots.len(),
