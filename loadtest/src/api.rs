@@ -1,5 +1,5 @@
 //! The platform's REST API as the load test uses it: create and delete jobs, read runs, nodes
-//! and metrics.
+//! and metrics, add shards and follow their growth.
 //! Only the public contract (the REST API, openapi/openapi.json); no knowledge of shards or databases.
 
 use std::time::Duration;
@@ -162,6 +162,32 @@ impl Api {
         serde_json::from_str(&body).map_err(|e| ApiError::Status {
             what: format!("list nodes: unexpected answer ({e})"),
             status: 200,
+            body,
+        })
+    }
+
+    /// `GET /v1/shards`: the shard map, with `growth` while shards are being added.
+    pub async fn shards(&self) -> Result<Value, ApiError> {
+        let req = self.http.get(format!("{}/v1/shards", self.base));
+        let body = self.send(|| "read the shard map".into(), req).await?;
+        serde_json::from_str(&body).map_err(|e| ApiError::Status {
+            what: format!("read the shard map: unexpected answer ({e})"),
+            status: 200,
+            body,
+        })
+    }
+
+    /// `POST /v1/shards {"add": n}`: adds shards while jobs fire; the shard map it answers
+    /// with (202).
+    pub async fn add_shards(&self, n: u32) -> Result<Value, ApiError> {
+        let req = self
+            .http
+            .post(format!("{}/v1/shards", self.base))
+            .json(&serde_json::json!({ "add": n }));
+        let body = self.send(|| format!("add {n} shards"), req).await?;
+        serde_json::from_str(&body).map_err(|e| ApiError::Status {
+            what: format!("add {n} shards: unexpected answer ({e})"),
+            status: 202,
             body,
         })
     }

@@ -32,6 +32,9 @@ pub enum Command {
     /// A spread during which a shard node process and a worker process are killed (SIGKILL):
     /// nothing may be lost or doubled. Starts the platform itself.
     Fault(RunArgs),
+    /// A spread during which shards are added (`POST /v1/shards`) and a shard node joins:
+    /// throughput and lateness before, during and after the growth. Starts the platform itself.
+    Grow(RunArgs),
     /// Only the machine's JetStream ceiling: publish → consume → result publish → consume.
     Raw(RawArgs),
     /// (internal) A no-op worker process; started by the runner.
@@ -47,6 +50,7 @@ impl Command {
             Command::CronFleet(_) => Kind::CronFleet,
             Command::Tenants(_) => Kind::Tenants,
             Command::Fault(_) => Kind::Fault,
+            Command::Grow(_) => Kind::Grow,
             _ => return None,
         })
     }
@@ -89,9 +93,9 @@ pub struct Common {
     /// Shard nodes of a platform this run starts.
     #[arg(long, default_value_t = 2)]
     pub shard_nodes: usize,
-    /// Shards of a platform this run starts.
-    #[arg(long, default_value_t = 8)]
-    pub shards: u32,
+    /// Shards of a platform this run starts (default 8; `grow`: 4, the count before it adds).
+    #[arg(long)]
+    pub shards: Option<u32>,
     /// Who executes the tickets.
     #[arg(long, value_enum, default_value_t = Target::Noop)]
     pub target: Target,
@@ -161,6 +165,15 @@ pub struct RunArgs {
     /// fault: when to kill, as a fraction of the window.
     #[arg(long, default_value_t = 0.3)]
     pub kill_at: f64,
+    /// grow: shards to add (`POST /v1/shards {"add": N}`).
+    #[arg(long, default_value_t = 4)]
+    pub add_shards: u32,
+    /// grow: when to add them, as a fraction of the window.
+    #[arg(long, default_value_t = 0.3)]
+    pub grow_at: f64,
+    /// grow: when to start one more shard node process, as a fraction of the window.
+    #[arg(long, default_value_t = 0.6)]
+    pub join_at: f64,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -210,6 +223,17 @@ pub struct Settings {
     pub shards: u32,
     pub kill: Option<Kill>,
     pub kill_at: f64,
+    /// `grow` only: shards added, and when (fractions of the window) they are added and a
+    /// node joins.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grow: Option<GrowSettings>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct GrowSettings {
+    pub add_shards: u32,
+    pub grow_at: f64,
+    pub join_at: f64,
 }
 
 impl Settings {
@@ -221,7 +245,9 @@ impl Settings {
             Kind::CronFleet => (1_000, 64, 20, 1_000.0),
             Kind::Tenants => (25_000, 500, 5, 2_000.0),
             Kind::Fault => (20_000, 64, 20, 2_000.0),
+            Kind::Grow => (20_000, 200, 30, 2_000.0),
         };
+        let shards = if kind == Kind::Grow { 4 } else { 8 };
         Settings {
             jobs: a.jobs.unwrap_or(jobs),
             tenants: a.tenants.unwrap_or(tenants).max(1),
@@ -235,9 +261,14 @@ impl Settings {
             workers: a.common.workers,
             worker_concurrency: a.common.worker_concurrency.max(1),
             shard_nodes: a.common.shard_nodes.max(1),
-            shards: a.common.shards,
+            shards: a.common.shards.unwrap_or(shards),
             kill: (kind == Kind::Fault).then_some(a.kill),
             kill_at: a.kill_at.clamp(0.0, 1.0),
+            grow: (kind == Kind::Grow).then(|| GrowSettings {
+                add_shards: a.add_shards,
+                grow_at: a.grow_at.clamp(0.0, 1.0),
+                join_at: a.join_at.clamp(0.0, 1.0),
+            }),
         }
     }
 }
@@ -256,6 +287,23 @@ mod tests {
         assert_eq!((s.jobs, s.window_ms, s.tenants), (10, 2000, 64));
         assert_eq!(s.create_rate, 2000.0);
         assert!(s.kill.is_none());
+        assert!(s.grow.is_none());
+        assert_eq!(s.shards, 8);
+    }
+
+    #[test]
+    fn grow_starts_from_4_shards_and_adds_4_at_30_percent() {
+        let cli = Cli::try_parse_from(["lt", "grow"]).unwrap();
+        let Command::Grow(a) = &cli.command else {
+            panic!("grow")
+        };
+        let s = Settings::resolve(Kind::Grow, a);
+        assert_eq!(
+            (s.jobs, s.window_ms, s.tenants, s.shards),
+            (20_000, 30_000, 200, 4)
+        );
+        let g = s.grow.unwrap();
+        assert_eq!((g.add_shards, g.grow_at, g.join_at), (4, 0.3, 0.6));
     }
 
     #[test]

@@ -41,12 +41,16 @@ async fn main() -> anyhow::Result<()> {
         | Command::Spread(args)
         | Command::CronFleet(args)
         | Command::Tenants(args)
-        | Command::Fault(args) => {
+        | Command::Fault(args)
+        | Command::Grow(args) => {
             let kind = kind.expect("a scenario command has a kind");
             let (report, dir) = run::run(kind, args).await?;
             println!("{}", text::summary(&report, &dir));
             if text::lost_or_doubled(&report) {
                 anyhow::bail!("occurrences were lost or doubled: see the report");
+            }
+            if text::growth_unfinished(&report) {
+                anyhow::bail!("the shards added did not finish moving tenants: see the report");
             }
             Ok(())
         }

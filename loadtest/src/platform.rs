@@ -1,7 +1,7 @@
 //! The platform under test and the processes this run manages: either a platform already running
 //! (`--url`, `--token`, `--nats`) or one started here from the `chronoshard` binary
 //! (`chronoshard dev`, plus separate `chronoshard shard-node` processes that the `fault` scenario
-//! can kill), and the no-op worker processes. It starts, kills (SIGKILL) and stops processes; it
+//! can kill and the `grow` scenario adds to), and the no-op worker processes. It starts, kills (SIGKILL) and stops processes; it
 //! does not measure anything.
 
 use std::{
@@ -67,6 +67,9 @@ pub struct Platform {
     pub workers: Vec<Proc>,
     pub watched: Watched,
     dir: PathBuf,
+    /// The `chronoshard` binary and the dev platform's data directory, to start more shard
+    /// nodes (a platform this run started only).
+    node_from: Option<(PathBuf, PathBuf)>,
 }
 
 impl Platform {
@@ -85,6 +88,7 @@ impl Platform {
             workers: Vec::new(),
             watched: Watched::default(),
             dir: dir.to_path_buf(),
+            node_from: None,
         }
     }
 
@@ -143,6 +147,7 @@ impl Platform {
             workers: Vec::new(),
             watched: Watched::default(),
             dir: opts.dir.clone(),
+            node_from: Some((opts.chronoshard.clone(), data.clone())),
         };
         platform.watch("chronoshard dev", dev.pid());
         for (name, pid) in crate::probe::procs::children(dev.pid()) {
@@ -158,31 +163,49 @@ impl Platform {
     }
 
     async fn start_nodes(&mut self, opts: &SpawnOptions, data: &Path) -> anyhow::Result<()> {
-        let platform = self;
-        for i in 1..=opts.node_processes {
-            let id = format!("lt-node-{i}");
-            let cmd = vec![
-                "shard-node".to_string(),
-                "--nats".into(),
-                platform.nats_url.clone(),
-                "--node-id".into(),
-                id.clone(),
-                "--data".into(),
-                data.display().to_string(),
-            ];
-            let (node, _) = start(
-                &opts.chronoshard,
-                &id,
-                cmd,
-                &opts.dir.join(format!("{id}.log")),
-                "is ready",
-                Duration::from_secs(30),
-            )
-            .await?;
-            platform.watch(&id, node.pid());
-            platform.nodes.push(node);
+        for _ in 0..opts.node_processes {
+            self.start_node(&opts.chronoshard, data).await?;
         }
         Ok(())
+    }
+
+    /// Starts one more `chronoshard shard-node` process (`lt-node-<n>`) on the platform's NATS
+    /// and data, and waits until it is ready; the leader then gives it shards. Its name.
+    async fn start_node(&mut self, chronoshard: &Path, data: &Path) -> anyhow::Result<String> {
+        let id = format!("lt-node-{}", self.nodes.len() + 1);
+        let cmd = vec![
+            "shard-node".to_string(),
+            "--nats".into(),
+            self.nats_url.clone(),
+            "--node-id".into(),
+            id.clone(),
+            "--data".into(),
+            data.display().to_string(),
+        ];
+        let (node, _) = start(
+            chronoshard,
+            &id,
+            cmd,
+            &self.dir.join(format!("{id}.log")),
+            "is ready",
+            Duration::from_secs(30),
+        )
+        .await?;
+        self.watch(&id, node.pid());
+        self.nodes.push(node);
+        Ok(id)
+    }
+
+    /// Starts one more shard node process on a platform this run started (`grow`): a node
+    /// joining a running cluster. Its name.
+    pub async fn add_node(&mut self) -> anyhow::Result<String> {
+        let (chronoshard, data) = self
+            .node_from
+            .clone()
+            .context("only a platform this run started can be given another shard node")?;
+        let id = self.start_node(&chronoshard, &data).await?;
+        self.shard_nodes += 1;
+        Ok(id)
     }
 
     fn watch(&self, name: &str, pid: u32) {

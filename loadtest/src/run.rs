@@ -2,7 +2,8 @@
 //! workers, optionally measure the raw ceiling, create the jobs, inject faults, wait until every
 //! owed occurrence is done (`drain.rs`; or the drain deadline passes), read every job's runs back,
 //! then check, summarize and write the report. This module orders the steps and holds the small
-//! steps no other module owns (fault injection, deleting the cron fleet, reading runs).
+//! steps no other module owns (fault injection, adding shards and a node, deleting the cron
+//! fleet, reading runs).
 
 use std::{
     collections::HashMap,
@@ -20,7 +21,7 @@ use uuid::Uuid;
 
 use crate::{
     api::Api,
-    args::{Kill, RunArgs, Settings, Target},
+    args::{GrowSettings, Kill, RunArgs, Settings, Target},
     check::{check, Evidence},
     create::{create_all, CreateOptions},
     drain, machine,
@@ -30,7 +31,7 @@ use crate::{
     raw::{self, RawOptions},
     report::{self, Event, PlatformInfo, Report},
     scenario::{self, Kind, Shape},
-    summary::{self, Records},
+    summary::{self, GrowthSeen, Records},
 };
 
 /// Shared by the steps of a run.
@@ -154,6 +155,9 @@ async fn reach_platform(
         if kind == Kind::Fault && s.kill != Some(Kill::Worker) {
             bail!("fault with --kill node|both needs a platform this run starts (leave out --url), or use --kill worker");
         }
+        if kind == Kind::Grow {
+            bail!("grow starts a shard node process: it needs a platform this run starts (leave out --url)");
+        }
         return Ok(Platform::external(url, token, nats, dir));
     }
     if matches!(s.kill, Some(Kill::Worker | Kill::Both))
@@ -161,8 +165,9 @@ async fn reach_platform(
     {
         bail!("fault with --kill worker|both kills a no-op worker: it needs --target noop and --workers 1 or more");
     }
+    // `grow` runs a node as its own process too, as a cluster of separate nodes would.
     let kills_node = matches!(s.kill, Some(Kill::Node | Kill::Both));
-    let node_processes = if kills_node {
+    let node_processes = if kills_node || kind == Kind::Grow {
         s.shard_nodes.max(2) - 1
     } else {
         0
@@ -367,6 +372,10 @@ async fn drive(
     if let Some(kill) = s.kill {
         inject_faults(ctx, platform, kill, s, first_due, window, &mut killed).await?;
     }
+    let growth = match s.grow {
+        Some(g) => Some(grow(ctx, platform, &api, g, first_due, window, deadline).await?),
+        None => None,
+    };
     if kind == Kind::CronFleet {
         // Deleting cancels what is not fired yet: only once every owed second has its ticket.
         let unfired = drain::until_fired(&mut remaining, deadline).await;
@@ -464,6 +473,9 @@ async fn drive(
         ));
     }
     report.start = Some(start);
+    if let Some(g) = &growth {
+        report.growth = Some(summary::growth(&records, g, ctx.start_us));
+    }
     report.end_to_end = summary::end_to_end(&records, &sampled.cpu);
     report.create = Some(created.stats);
     report.timeline = summary::timeline(
@@ -573,6 +585,138 @@ async fn inject_faults(
         killed.insert(label, at_us);
     }
     Ok(())
+}
+
+/// `grow`: at `grow_at` of the window adds shards, at `join_at` starts one more shard node
+/// process, and follows the growth (`GET /v1/shards` every 50 ms) until it is done or the drain
+/// deadline passes.
+async fn grow(
+    ctx: &mut Ctx,
+    platform: &mut Platform,
+    api: &Api,
+    g: GrowSettings,
+    first_due: DateTime<Utc>,
+    window: Duration,
+    deadline: DateTime<Utc>,
+) -> anyhow::Result<GrowthSeen> {
+    let at = |f: f64| first_due + chrono::Duration::from_std(window.mul_f64(f)).unwrap_or_default();
+    wait_until_time(at(g.grow_at)).await;
+    let started_us = now_us();
+    let map = api.add_shards(g.add_shards).await?;
+    let shards_from = map["growth"]["from"]
+        .as_u64()
+        .or(map["shard_count"]
+            .as_u64()
+            .map(|n| n.saturating_sub(g.add_shards as u64)))
+        .unwrap_or(0) as u32;
+    let want = shards_from + g.add_shards;
+    ctx.event(format!(
+        "adding {} shards (POST /v1/shards): {shards_from} → {want}",
+        g.add_shards
+    ));
+    let follow = async {
+        let mut seen = GrowthSeen {
+            shards_from,
+            shards_added: g.add_shards,
+            started_us,
+            ..Default::default()
+        };
+        let mut tenants = std::collections::HashSet::new();
+        let mut error = None;
+        while Utc::now() < deadline {
+            match api.shards().await {
+                Ok(v) => {
+                    let growth = &v["growth"];
+                    let count = v["shard_count"].as_u64().unwrap_or(0) as u32;
+                    if growth.is_null() && count >= want {
+                        seen.ended_us = Some(now_us());
+                        seen.shards_after = Some(count);
+                        break;
+                    }
+                    let moved = growth["tenants_moved"].as_u64().unwrap_or(0);
+                    seen.tenants_moved = seen.tenants_moved.max(moved);
+                    let moves = growth["recent"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .chain(std::iter::once(&growth["moving"]));
+                    for m in moves.filter(|m| m["phase"] == "done") {
+                        for t in m["tenants"].as_array().into_iter().flatten() {
+                            tenants.insert(t.as_str().unwrap_or_default().to_string());
+                        }
+                    }
+                }
+                Err(e) => {
+                    error.get_or_insert_with(|| e.to_string());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        seen.tenants_moved = seen.tenants_moved.max(tenants.len() as u64);
+        (seen, error)
+    };
+    let join = async {
+        wait_until_time(at(g.join_at)).await;
+        let node = platform.add_node().await?;
+        let joined_us = now_us();
+        // The leader gives the new node shards: when it first owns some.
+        let owns = || async {
+            api.nodes().await.is_ok_and(|v| {
+                v["nodes"].as_array().into_iter().flatten().any(|n| {
+                    n["node_id"] == node.as_str()
+                        && n["shards"].as_array().is_some_and(|s| !s.is_empty())
+                })
+            })
+        };
+        let owned = wait_until("the joined node owns shards", Duration::from_secs(60), owns)
+            .await
+            .ok()
+            .map(|()| now_us());
+        anyhow::Ok((node, joined_us, owned))
+    };
+    let ((mut seen, error), joined) = tokio::join!(follow, join);
+    let (node, joined_us, owned_us) = joined?;
+    seen.node = node.clone();
+    seen.joined_us = Some(joined_us);
+    seen.owned_us = owned_us;
+    let t = |us: i64| (us - ctx.start_us) as f64 / 1e6;
+    let mut events = vec![Event {
+        t_s: t(joined_us),
+        what: format!("shard node {node} joined (its own process)"),
+    }];
+    match owned_us {
+        Some(us) => events.push(Event {
+            t_s: t(us),
+            what: format!("shard node {node} owns shards"),
+        }),
+        None => ctx.warnings.push(format!(
+            "the joined shard node {node} owned no shard within 60 s"
+        )),
+    }
+    match seen.ended_us {
+        Some(us) => events.push(Event {
+            t_s: t(us),
+            what: format!(
+                "growth done: {} shards, {} tenants moved in {:.2} s",
+                seen.shards_after.unwrap_or(want),
+                seen.tenants_moved,
+                (us - started_us) as f64 / 1e6
+            ),
+        }),
+        None => ctx.warnings.push(format!(
+            "the growth to {want} shards had not finished at the drain deadline{}",
+            error
+                .map(|e| format!(" (a poll failed: {e})"))
+                .unwrap_or_default()
+        )),
+    }
+    events.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
+    for e in &events {
+        eprintln!("{}", e.what);
+    }
+    ctx.events.extend(events);
+    ctx.events.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
+    Ok(seen)
 }
 
 /// Deletes the jobs; how many could not be.

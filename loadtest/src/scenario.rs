@@ -20,6 +20,8 @@ pub enum Kind {
     Tenants,
     /// Like `spread`, while a shard node and/or a worker is killed with SIGKILL.
     Fault,
+    /// Like `spread`, while shards are added and a shard node joins.
+    Grow,
 }
 
 impl Kind {
@@ -30,6 +32,7 @@ impl Kind {
             Kind::CronFleet => "cron-fleet",
             Kind::Tenants => "tenants",
             Kind::Fault => "fault",
+            Kind::Grow => "grow",
         }
     }
 }
@@ -41,7 +44,7 @@ pub struct Shape {
     /// Jobs to create (for `cron-fleet`: cron jobs).
     pub jobs: u64,
     pub tenants: u64,
-    /// `spread`, `tenants`, `fault`: due times spread over this; `cron-fleet`: how long to count
+    /// `spread`, `tenants`, `fault`, `grow`: due times spread over this; `cron-fleet`: how long to count
     /// occurrences; `burst`: unused.
     pub window: std::time::Duration,
     /// The first due time: chosen by the runner so that every job exists before it is due.
@@ -228,6 +231,7 @@ mod tests {
             Kind::CronFleet,
             Kind::Tenants,
             Kind::Fault,
+            Kind::Grow,
         ] {
             let p = plan(&shape(kind, 7), "r1", &target());
             for spec in &p.specs {

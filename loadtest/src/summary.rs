@@ -12,8 +12,8 @@ use crate::{
         Start,
     },
     report::{
-        cpu_total, Bucket, CpuPerUnit, Fairness, PhaseStats, Ratio, Report, TargetCheck,
-        Throughput, Timeline,
+        cpu_total, Bucket, CpuPerUnit, Fairness, Growth, GrowthPhase, PhaseStats, Ratio, Report,
+        TargetCheck, Throughput, Timeline,
     },
     stats::{Buckets, Samples},
 };
@@ -106,6 +106,78 @@ pub fn fairness(r: &Records, big_tenant: &str) -> Fairness {
         big_tenant: big_tenant.to_string(),
         big: big.percentiles(),
         others: others.percentiles(),
+    }
+}
+
+/// What a run saw of a growth (`grow`), in µs on the probes' clock.
+#[derive(Clone, Debug, Default)]
+pub struct GrowthSeen {
+    pub shards_from: u32,
+    pub shards_added: u32,
+    pub shards_after: Option<u32>,
+    /// `POST /v1/shards` sent, and the first poll that no longer saw the growth.
+    pub started_us: i64,
+    pub ended_us: Option<i64>,
+    pub node: String,
+    pub joined_us: Option<i64>,
+    pub owned_us: Option<i64>,
+    pub tenants_moved: u64,
+}
+
+/// The events of `events` at or after `from` and before `to` (open ends: none), and their rate
+/// over the phase's span, closed by the first or last event where the phase is open.
+fn phase_between(
+    events: impl Iterator<Item = (i64, i64)>,
+    from: Option<i64>,
+    to: Option<i64>,
+) -> PhaseStats {
+    let inside: Vec<(i64, i64)> = events
+        .filter(|&(at, _)| from.is_none_or(|f| at >= f) && to.is_none_or(|t| at < t))
+        .collect();
+    let first = inside.iter().map(|e| e.0).min();
+    let last = inside.iter().map(|e| e.0).max();
+    let (mut stats, _) = phase(inside.into_iter());
+    stats.per_s = match (from.or(first), to.or(last)) {
+        (Some(a), Some(b)) if b > a && stats.count > 0 => {
+            stats.count as f64 / ((b - a) as f64 / 1e6)
+        }
+        _ => 0.0,
+    };
+    stats
+}
+
+/// A growth's figures: fires and executor starts (first attempts) before the shards were added,
+/// while tenants moved, and after; times relative to `start_us` (the run's start).
+pub fn growth(r: &Records, g: &GrowthSeen, start_us: i64) -> Growth {
+    let s = |us: i64| (us - start_us) as f64 / 1e6;
+    let bounds = [
+        ("before", None, Some(g.started_us)),
+        ("during", Some(g.started_us), g.ended_us),
+        // A growth that never finished leaves nothing after it.
+        ("after", Some(g.ended_us.unwrap_or(i64::MAX)), None),
+    ];
+    let phases = bounds
+        .into_iter()
+        .map(|(name, from, to)| GrowthPhase {
+            name: name.into(),
+            from_s: from.filter(|&f| f != i64::MAX).map(s),
+            to_s: to.map(s),
+            fire: phase_between(fires(r), from, to),
+            start: phase_between(starts(r), from, to),
+        })
+        .collect();
+    Growth {
+        shards_from: g.shards_from,
+        shards_added: g.shards_added,
+        shards_after: g.shards_after,
+        started_s: s(g.started_us),
+        ended_s: g.ended_us.map(s),
+        duration_s: g.ended_us.map(|e| (e - g.started_us) as f64 / 1e6),
+        node: g.node.clone(),
+        node_joined_s: g.joined_us.map(s),
+        node_owned_shards_s: g.owned_us.map(s),
+        tenants_moved: g.tenants_moved,
+        phases,
     }
 }
 
@@ -329,6 +401,20 @@ pub fn targets(report: &Report) -> Vec<TargetCheck> {
             (f.big.count > 0 && f.others.count > 0).then_some(f.others.p99 <= f.big.p99 + 1.0),
         ));
     }
+    if let Some(g) = &report.growth {
+        t.push(check(
+            "shards added while jobs fire",
+            "the growth finishes",
+            match (g.duration_s, g.shards_after) {
+                (Some(d), Some(n)) => format!(
+                    "{} → {n} shards in {d:.2} s, {} tenants moved",
+                    g.shards_from, g.tenants_moved
+                ),
+                _ => "not finished by the drain deadline".to_string(),
+            },
+            Some(g.duration_s.is_some()),
+        ));
+    }
     if let Some(c) = &report.correctness {
         let lost = c.missed + c.reported_not_fired;
         t.push(check(
@@ -491,6 +577,69 @@ mod tests {
         report.end_to_end.as_mut().unwrap().cpu_us_per_job = cpu(200.0);
         report.raw.as_mut().unwrap().cpu_us_per_round_trip.clear();
         assert!(!ratios(&report).iter().any(is_cpu));
+    }
+
+    /// Fires and starts fall into the phase they happened in; a phase's rate is over its span.
+    #[test]
+    fn a_growth_splits_the_run_in_three_phases() {
+        let mut r = Records::default();
+        for i in 0..10i64 {
+            let t = Uuid::now_v7();
+            // One fire a second from 1 s on, 2 ms late; started 1 ms later.
+            let at = 1_000_000 + i * 1_000_000;
+            r.fired.push(fired(t, 1, at - 2_000, at));
+            r.starts.push(Start {
+                ticket_id: t,
+                job_id: t,
+                attempt: 1,
+                scheduled_us: at - 2_000,
+                at_us: at + 1_000,
+                by: "w".into(),
+            });
+        }
+        let g = GrowthSeen {
+            shards_from: 4,
+            shards_added: 4,
+            shards_after: Some(8),
+            started_us: 3_500_000,
+            ended_us: Some(6_500_000),
+            tenants_moved: 7,
+            ..Default::default()
+        };
+        let out = growth(&r, &g, 500_000);
+        assert_eq!(
+            (out.started_s, out.ended_s, out.duration_s),
+            (3.0, Some(6.0), Some(3.0))
+        );
+        let counts: Vec<(&str, u64, u64)> = out
+            .phases
+            .iter()
+            .map(|p| (p.name.as_str(), p.fire.count, p.start.count))
+            .collect();
+        assert_eq!(
+            counts,
+            [("before", 3, 3), ("during", 3, 3), ("after", 4, 4)]
+        );
+        // 3 fires from the first (1 s) to the POST (3.5 s); 3 over the 3 s of the growth.
+        assert!((out.phases[0].fire.per_s - 3.0 / 2.5).abs() < 1e-9);
+        assert!((out.phases[1].fire.per_s - 1.0).abs() < 1e-9);
+        assert_eq!(out.phases[1].fire.lateness_ms.max, 2.0);
+        assert_eq!(
+            (out.phases[2].from_s, out.phases[2].to_s),
+            (Some(6.0), None)
+        );
+        // Not finished: everything from the POST on is `during`, nothing `after`.
+        let open = growth(
+            &r,
+            &GrowthSeen {
+                ended_us: None,
+                ..g
+            },
+            500_000,
+        );
+        assert_eq!(open.phases[1].fire.count, 7);
+        assert_eq!(open.phases[2].fire.count, 0);
+        assert_eq!(open.phases[2].from_s, None);
     }
 
     #[test]

@@ -319,6 +319,64 @@ fn fault_kills_a_node_and_a_worker_and_loses_nothing() {
     );
 }
 
+/// Shards added while jobs fire, and a node joining: nothing lost or doubled, the growth
+/// recorded, and every fire and start in exactly one of the three phases.
+#[test]
+fn grow_adds_shards_and_a_node_and_loses_nothing() {
+    let out = tempfile::tempdir().unwrap();
+    let o = loadtest(
+        out.path(),
+        &[
+            "grow",
+            "--jobs",
+            "2000",
+            "--window",
+            "8s",
+            "--tenants",
+            "20",
+        ],
+    );
+    let r = ok(&o);
+    assert_nothing_lost(r, 2000);
+    assert_eq!(r["params"]["shards"], 4);
+    let g = &r["growth"];
+    assert_eq!(
+        (&g["shards_from"], &g["shards_added"], &g["shards_after"]),
+        (&4.into(), &4.into(), &8.into()),
+        "{g}"
+    );
+    let (started, ended) = (g["started_s"].as_f64().unwrap(), g["ended_s"].as_f64());
+    assert!(ended.is_some_and(|e| e > started), "{g}");
+    assert!(g["duration_s"].as_f64().is_some_and(|d| d > 0.0), "{g}");
+    assert!(
+        g["node_joined_s"].as_f64().is_some_and(|t| t > started),
+        "{g}"
+    );
+    // 20 tenants over 4 → 8 shards: some of them move.
+    assert!(g["tenants_moved"].as_u64().unwrap() >= 1, "{g}");
+    let phases = g["phases"].as_array().unwrap();
+    let names: Vec<&str> = phases.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["before", "during", "after"]);
+    for what in ["fire", "start"] {
+        let total: u64 = phases
+            .iter()
+            .map(|p| p[what]["count"].as_u64().unwrap())
+            .sum();
+        assert_eq!(total, 2000, "{what} in {g}");
+    }
+    // At 30% of the window the growth begins: fires before it, at a rate.
+    assert!(phases[0]["fire"]["count"].as_u64().unwrap() > 0, "{g}");
+    assert!(phases[0]["fire"]["per_s"].as_f64().unwrap() > 0.0, "{g}");
+    assert!(
+        o.stdout.contains("  growth   4 + 4 → 8 shards"),
+        "{}",
+        o.stdout
+    );
+    assert!(o.stdout.contains("  during   "), "{}", o.stdout);
+    let html = std::fs::read_to_string(o.dir.as_ref().unwrap().join("report.html")).unwrap();
+    assert!(html.contains("<h2>Adding shards</h2>"));
+}
+
 #[test]
 fn raw_measures_the_ceiling_on_its_own_nats_server() {
     let out = tempfile::tempdir().unwrap();

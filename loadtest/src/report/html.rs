@@ -53,6 +53,7 @@ fn page(o: &mut String, r: &Report) -> Result {
         list(o, &r.warnings)?;
     }
     summary(o, r)?;
+    growth(o, r)?;
     correctness(o, r)?;
     h2(o, "Ratios to raw JetStream")?;
     let rows = r.ratios.iter().map(|x| {
@@ -211,6 +212,43 @@ fn summary(o: &mut String, r: &Report) -> Result {
         list(o, &c.errors)?;
     }
     Ok(())
+}
+
+/// `grow`: the growth's times and the figures of each phase (nothing for other scenarios).
+fn growth(o: &mut String, r: &Report) -> Result {
+    let Some(g) = &r.growth else {
+        return Ok(());
+    };
+    h2(o, "Adding shards")?;
+    let secs = |v: Option<f64>| v.map_or(DASH.to_string(), |v| format!("{} s", num(v, 2)));
+    let after = g.shards_after.map_or(DASH.to_string(), |n| n.to_string());
+    let rows = [
+        (
+            "shards",
+            format!("{} + {} → {after}", g.shards_from, g.shards_added),
+        ),
+        ("POST /v1/shards at", secs(Some(g.started_s))),
+        ("growth done at", flag(g.ended_s.is_none(), secs(g.ended_s))),
+        ("growth took", secs(g.duration_s)),
+        ("tenants moved", g.tenants_moved.to_string()),
+        (
+            "node joined",
+            format!("{} at {}", esc(&g.node), secs(g.node_joined_s)),
+        ),
+        ("… owned shards at", secs(g.node_owned_shards_s)),
+    ];
+    kv(o, "Growth (times since the run's start)", &rows)?;
+    let rows = g.phases.iter().map(|p| {
+        let l = &p.fire.lateness_ms;
+        let mut row = vec![esc(&p.name), secs(p.from_s), secs(p.to_s)];
+        row.extend([p.fire.count.to_string(), rate(p.fire.per_s)]);
+        row.extend([l.p50, l.p99, l.p999, l.max].map(ms));
+        row.extend([p.start.count.to_string(), rate(p.start.per_s)]);
+        row
+    });
+    let head =
+        "phase|from|to|fires|fires/s|fire p50 ms|p99 ms|p99.9 ms|max ms|executions|executions/s";
+    table(o, head, rows.collect())
 }
 
 fn correctness(o: &mut String, r: &Report) -> Result {

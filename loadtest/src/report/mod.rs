@@ -18,7 +18,7 @@ pub const VERSION: u32 = 1;
 pub struct Report {
     pub version: u32,
     pub run_id: String,
-    /// `burst`, `spread`, `cron-fleet`, `tenants`, `fault` or `raw`.
+    /// `burst`, `spread`, `cron-fleet`, `tenants`, `fault`, `grow` or `raw`.
     pub scenario: String,
     /// The command line's scenario settings, as given.
     pub params: serde_json::Value,
@@ -45,6 +45,9 @@ pub struct Report {
     /// `tenants`: fire lateness of the big tenant (half of all jobs) and of all the others.
     #[serde(default)]
     pub fairness: Option<Fairness>,
+    /// `grow`: the shards added while the jobs fired, and the figures before, during and after.
+    #[serde(default)]
+    pub growth: Option<Growth>,
     pub start_histogram: Option<Histogram>,
     /// What the run did to the platform and when (faults, phases), for the plots' annotations.
     pub events: Vec<Event>,
@@ -309,6 +312,46 @@ pub struct Fairness {
     pub big_tenant: String,
     pub big: Percentiles,
     pub others: Percentiles,
+}
+
+/// Shards added while the jobs fired (`grow`). Times are seconds since the run's `started_at`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Growth {
+    /// The shard count before, the shards asked for, and the count once the growth was done
+    /// (`None` when it did not finish before the drain deadline).
+    pub shards_from: u32,
+    pub shards_added: u32,
+    pub shards_after: Option<u32>,
+    /// `POST /v1/shards` sent.
+    pub started_s: f64,
+    /// The first `GET /v1/shards` (polled every 50 ms) without `growth`.
+    pub ended_s: Option<f64>,
+    pub duration_s: Option<f64>,
+    /// The shard node process started during the growth (ready), and when it first owned
+    /// shards (`GET /v1/nodes`).
+    pub node: String,
+    pub node_joined_s: Option<f64>,
+    pub node_owned_shards_s: Option<f64>,
+    /// Tenants moved to the added shards: the largest `growth.tenants_moved` seen, or the
+    /// distinct tenants of the moves seen (`moving`, `recent`), whichever is more. Moves that
+    /// finish after the last poll that still showed the growth are not seen, so this can be
+    /// low by the last one or two.
+    pub tenants_moved: u64,
+    /// `before` (up to the POST), `during` (POST until the growth was done) and `after`.
+    pub phases: Vec<GrowthPhase>,
+}
+
+/// Fires and executor starts (first attempts) of one phase of a growth, by when they happened.
+/// `per_s` is over the phase's span: from its start (or the first event, for `before`) to its
+/// end (or the last event, for `after`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct GrowthPhase {
+    pub name: String,
+    /// The phase's bounds; open (`None`) before the first and after the last event.
+    pub from_s: Option<f64>,
+    pub to_s: Option<f64>,
+    pub fire: PhaseStats,
+    pub start: PhaseStats,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]

@@ -3,7 +3,7 @@
 
 use std::{fmt::Write, path::Path};
 
-use super::{cpu_total, CpuPerUnit, Percentiles, Report, ServerView};
+use super::{cpu_total, CpuPerUnit, Growth, Percentiles, Report, ServerView};
 
 fn lat(p: &Percentiles) -> String {
     format!(
@@ -32,6 +32,27 @@ pub fn server_line(v: &ServerView) -> String {
         bucket(v.p999_ms)
     );
     s
+}
+
+/// "4 + 4 → 8 shards: added at 12.3 s, done at 15.1 s (2.80 s), 97 tenants moved; node
+/// lt-node-2 joined at 18.0 s, owned shards at 19.2 s"
+pub fn growth_line(g: &Growth) -> String {
+    let at = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1} s"));
+    let done = match (g.ended_s, g.duration_s) {
+        (Some(e), Some(d)) => format!("done at {e:.1} s ({d:.2} s)"),
+        _ => "NOT DONE by the drain deadline".to_string(),
+    };
+    let after = g.shards_after.map_or("?".to_string(), |n| n.to_string());
+    format!(
+        "{} + {} → {after} shards: added at {:.1} s, {done}, {} tenants moved; node {} joined at {}, owned shards at {}",
+        g.shards_from,
+        g.shards_added,
+        g.started_s,
+        g.tenants_moved,
+        g.node,
+        at(g.node_joined_s),
+        at(g.node_owned_shards_s)
+    )
 }
 
 /// CPU per unit of work, in all and by process: `219 µs (chronoshard dev 116 · nats-server 54)`,
@@ -101,6 +122,21 @@ pub fn summary(r: &Report, dir: &Path) -> String {
             lat(&f.others)
         );
     }
+    if let Some(g) = &r.growth {
+        let _ = writeln!(s, "  growth   {}", growth_line(g));
+        for p in &g.phases {
+            let _ = writeln!(
+                s,
+                "  {:<8} {} fires at {:.0}/s, {} executions at {:.0}/s, fire lateness {}",
+                p.name,
+                p.fire.count,
+                p.fire.per_s,
+                p.start.count,
+                p.start.per_s,
+                lat(&p.fire.lateness_ms)
+            );
+        }
+    }
     if let Some(e) = &r.end_to_end {
         let _ = writeln!(
             s,
@@ -163,6 +199,12 @@ pub fn summary(r: &Report, dir: &Path) -> String {
     }
     let _ = write!(s, "  report   {}/report.html", dir.display());
     s
+}
+
+/// True when the run added shards and the growth did not finish (the process then exits
+/// non-zero).
+pub fn growth_unfinished(r: &Report) -> bool {
+    r.growth.as_ref().is_some_and(|g| g.ended_s.is_none())
 }
 
 /// True when the run found an occurrence lost or doubled (the process then exits non-zero).

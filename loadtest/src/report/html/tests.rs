@@ -71,6 +71,16 @@ fn full() -> Report {
         ] },
         fire_histogram: hist(vec![0.1, 0.25, 1.0, 2.5, 10.0], vec![5, 50, 30, 0, 2]),
         fairness: None,
+        growth: Some(Growth {
+            shards_from: 4, shards_added: 4, shards_after: Some(8), started_s: 10.0,
+            ended_s: Some(12.5), duration_s: Some(2.5), node: format!("node {EVIL}"),
+            node_joined_s: Some(14.0), node_owned_shards_s: None, tenants_moved: 97,
+            phases: ["before", "during", "after"].map(|name| GrowthPhase {
+                name: name.into(), from_s: None, to_s: Some(1.0),
+                fire: PhaseStats { count: 10, per_s: 5.0, lateness_ms: pct },
+                start: PhaseStats::default(),
+            }).to_vec(),
+        }),
         start_histogram: hist(vec![0.1, 1.0], vec![3, 7, 1]),
         events: vec![Event { t_s: 2.5, what: format!("kill worker {EVIL}") }],
         server: vec![ServerView {
@@ -112,6 +122,7 @@ fn full_report_has_every_section_and_escapes_strings() {
         "Summary",
         "Correctness",
         "Ratios to raw JetStream",
+        "Adding shards",
     ];
     let plots = [
         "Lateness over time",
@@ -142,6 +153,9 @@ fn full_report_has_every_section_and_escapes_strings() {
         ">16.0 GiB<",
         "<th>a thread wake-up round trip</th><td>68.3 µs CPU (91.0 µs wall) across two cores</td>",
         ">64.0<",
+        "<th>shards</th><td>4 + 4 → 8</td>",
+        "<th>growth took</th><td>2.50 s</td>",
+        "<td>during</td><td class=\"n\">–</td><td class=\"n\">1.00 s</td>",
         "<h3>The platform's own histograms (its /metrics, over this run)</h3>",
         ": 1000 · 50.0% ≤ 1 ms · 99.0% ≤ 3 ms · 99.5% ≤ 10 ms · p99 in (1, 3] ms · p99.9 &gt; 10 ms</li>",
     ];
