@@ -111,6 +111,7 @@ pub mod kinds {
             "put_settings",
             "load_plugin",
             "put_strategy",
+            "add_shards",
         ]),
     };
     pub const IDEMPOTENCY_KEY_REUSED: Kind = Kind {
