@@ -72,12 +72,7 @@ pub async fn add_shards(
                     to = next.shard_count,
                     "shards added"
                 );
-                let mut config = state.config.clone();
-                let _ = tokio::time::timeout(
-                    std::time::Duration::from_secs(5),
-                    config.wait_for(|c| c.version >= next.version),
-                )
-                .await;
+                crate::grow::seen(&state.config, next.version).await;
                 return Ok((StatusCode::ACCEPTED, list_shards(State(state)).await?));
             }
             Err(chronoshard_cluster::Error::Conflict { .. }) => continue,

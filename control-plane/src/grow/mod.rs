@@ -301,12 +301,7 @@ impl Grower {
             };
             match self.cluster.put_config(&next, revision).await {
                 Ok(_) => {
-                    let mut config = self.config.clone();
-                    let _ = tokio::time::timeout(
-                        Duration::from_secs(5),
-                        config.wait_for(|c| c.version >= next.version),
-                    )
-                    .await;
+                    seen(&self.config, next.version).await;
                     return Ok(());
                 }
                 Err(ClusterError::Conflict { .. }) => continue,
@@ -314,6 +309,17 @@ impl Grower {
             }
         }
     }
+}
+
+/// Waits (up to 5 s) until this replica's view of the config has `version`, so that what
+/// follows a config write (routing, an answer to the caller) sees it.
+pub async fn seen(config: &watch::Receiver<ClusterConfig>, version: u64) {
+    let mut config = config.clone();
+    let _ = tokio::time::timeout(
+        Duration::from_secs(5),
+        config.wait_for(|c| c.version >= version),
+    )
+    .await;
 }
 
 fn unexpected(shard: u32, reply: ShardReply) -> MoveError {

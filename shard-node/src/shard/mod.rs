@@ -351,9 +351,6 @@ impl Shard {
             match cmd {
                 // A caller that gave up must not have its write applied late.
                 Command::Request(_, reply) if reply.is_closed() => {}
-                Command::Request(req, reply) if self.leaving.refusal(&req).is_some() => {
-                    let _ = reply.send(self.leaving.refusal(&req).expect("refused"));
-                }
                 Command::Request(ShardRequest::CreateJob { .. }, _) => {
                     let mut batch = Vec::new();
                     let mut cmd = Some(cmd);
@@ -389,7 +386,7 @@ impl Shard {
                     }
                     self.create_batch(batch).await?;
                 }
-                Command::Request(req, reply) => match self.handle(req).await {
+                Command::Request(req, reply) => match self.handle_or_refuse(req).await {
                     Ok(answer) => {
                         let _ = reply.send(answer);
                     }

@@ -119,6 +119,17 @@ pub(super) fn tenant_list(rows: Vec<(String, u64)>) -> ShardReply {
 }
 
 impl Shard {
+    /// Applies a write request, unless it is about a tenant leaving this shard.
+    pub(super) async fn handle_or_refuse(
+        &mut self,
+        req: ShardRequest,
+    ) -> Result<ShardReply, ShardError> {
+        match self.leaving.refusal(&req) {
+            Some(refused) => Ok(refused),
+            None => self.handle(req).await,
+        }
+    }
+
     /// Applies a step of a tenant move.
     pub(super) async fn handle_move(
         &mut self,
