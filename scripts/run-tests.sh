@@ -37,7 +37,7 @@ print("\n".join(first + last + ["doc"]))
 echo "running $(($(wc -l <"$logs/plan") - 1)) test binaries and the doc tests, $jobs at a time"
 
 run_one() { # run_one "<crate folder> <binary>" | run_one doc
-    local name log status=0
+    local name log status=0 start=$SECONDS
     if [ "$1" = doc ]; then
         name="doc tests"
         cargo test --workspace --locked --doc >"$logs/doc.log" 2>&1 || status=$?
@@ -49,7 +49,8 @@ run_one() { # run_one "<crate folder> <binary>" | run_one doc
         (cd "$dir" && "$bin") >"$log" 2>&1 || status=$?
     fi
     # One binary prints at a time, so two ending together do not mix their lines.
-    flock "$logs/plan" bash -c 'echo "=== $1 (exit $2)"; cat "$3"' _ "$name" "$status" "$log"
+    flock "$logs/plan" bash -c 'echo "=== $1 (exit $2, $3 s)"; cat "$4"' _ "$name" "$status" \
+        "$((SECONDS - start))" "$log"
     if [ "$status" -ne 0 ]; then echo "$name" >>"$logs/failed"; fi
 }
 export -f run_one

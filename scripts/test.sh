@@ -18,11 +18,17 @@ echo "using $SCHEMATHESIS from $CHRONOSHARD_FUZZ_PYTHONPATH"
 cd "$ROOT"
 # A clean CI clone builds everything once: incremental compilation's caches only cost time there.
 if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
+phase() { echo "--- $1 at ${SECONDS}s"; }
+phase "formatting"
 cargo fmt --all -- --check
+phase "clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+phase "alert rules"
 ensure_prometheus_tools
 echo "using prometheus: $CHRONOSHARD_PROMETHEUS, alertmanager: $CHRONOSHARD_ALERTMANAGER"
 bash alerts/check.sh
 # Test binaries run side by side (scripts/run-tests.sh): most of their time is spent waiting on
 # the processes and timers they start, so a serial run would take twice as long.
+phase "tests"
 bash scripts/run-tests.sh
+phase "done"

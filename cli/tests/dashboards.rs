@@ -551,10 +551,13 @@ async fn the_monitor_script_watches_a_dev_platform_with_prometheus_and_alertmana
     prom.wait_target_up(&format!("http://{dev}/metrics"), wait)
         .await
         .unwrap();
-    let leader = prom
-        .query("chronoshard_control_plane_leader")
-        .await
-        .unwrap();
+    // The target is up after its first scrape, whose series are queryable a moment later.
+    let leader = wait_for("dev's one replica in prometheus", wait, || async {
+        let series = prom.query("chronoshard_control_plane_leader").await.ok()?;
+        (!series.is_empty()).then_some(series)
+    })
+    .await
+    .unwrap();
     assert_eq!(leader.len(), 1, "dev's one replica: {leader:?}");
     let rules = prom.api("/api/v1/rules", &[]).await.unwrap();
     let alerts: Vec<&str> = rules["groups"][0]["rules"]
