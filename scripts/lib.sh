@@ -205,3 +205,11 @@ python_nats_version() {
     'import importlib.metadata as m, os, nats; print("nats-py", m.version("nats-py"), "(" + os.path.dirname(os.path.dirname(nats.__file__)) + ")")' \
     2>/dev/null || echo "nats-py (version unknown)"
 }
+
+# cargo-nextest runs the test suite (scripts/run-tests.sh). Machines with a Rust toolchain from
+# rustup usually have it; elsewhere it is built from crates.io once (a few minutes).
+ensure_nextest() {
+  cargo nextest --version >/dev/null 2>&1 && return 0
+  echo "cargo-nextest not found: installing it with cargo install" >&2
+  cargo install cargo-nextest --locked
+}

@@ -27,7 +27,7 @@ phase "alert rules"
 ensure_prometheus_tools
 echo "using prometheus: $CHRONOSHARD_PROMETHEUS, alertmanager: $CHRONOSHARD_ALERTMANAGER"
 bash alerts/check.sh
-# Test binaries run side by side (scripts/run-tests.sh): most of their time is spent waiting on
+# Tests run side by side (scripts/run-tests.sh): most of their time is spent waiting on
 # the processes and timers they start, so a serial run would take twice as long.
 phase "tests"
 bash scripts/run-tests.sh
