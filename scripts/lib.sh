@@ -213,3 +213,21 @@ ensure_nextest() {
   echo "cargo-nextest not found: installing it with cargo install" >&2
   cargo install cargo-nextest --locked
 }
+
+# Links with mold when it is there or Debian's package brings it: the test suite links some fifty
+# executables of 100+ MB each, which took GNU ld minutes of a CI run (BENCHMARKS.md, "CI run").
+# Without mold the default linker is used; nothing else changes. Only scripts/test.sh asks for it:
+# the flags are part of cargo's fingerprint, so builds with and without them do not share a target.
+use_mold() {
+  if ! command -v mold >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    { $sudo apt-get update -qq && $sudo apt-get install -y -qq mold; } >/dev/null 2>&1 || true
+  fi
+  if command -v mold >/dev/null 2>&1; then
+    export CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C link-arg=-fuse-ld=mold"
+    echo "linking with $(mold --version)"
+  else
+    echo "mold not available: linking with the default linker"
+  fi
+}

@@ -18,6 +18,7 @@ echo "using $SCHEMATHESIS from $CHRONOSHARD_FUZZ_PYTHONPATH"
 cd "$ROOT"
 # A clean CI clone builds everything once: incremental compilation's caches only cost time there.
 if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
+if [ "$(uname -m)" = x86_64 ] && [ "$(uname -s)" = Linux ]; then use_mold; fi
 phase() { echo "--- $1 at ${SECONDS}s"; }
 phase "formatting"
 cargo fmt --all -- --check
