@@ -146,7 +146,7 @@ ensure_cargo() {
   }
 }
 
-# nats-py for the Python example worker (examples/python-worker/), which cli/tests/python_worker.rs
+# nats-py for the Python example worker (examples/python-worker/), which cli/tests/it/python_worker.rs
 # runs with PYTHONPATH=$CHRONOSHARD_PYTHONPATH. Order: $CHRONOSHARD_PYTHONPATH if python3 imports
 # `nats` with it, python3 as it is (nothing to set), .tools/python, else nats-py from PyPI
 # (examples/python-worker/requirements.txt) installed into .tools/python.
