@@ -219,11 +219,7 @@ ensure_nextest() {
 # Without mold the default linker is used; nothing else changes. Only scripts/test.sh asks for it:
 # the flags are part of cargo's fingerprint, so builds with and without them do not share a target.
 use_mold() {
-  if ! command -v mold >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-    local sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    { $sudo apt-get update -qq && $sudo apt-get install -y -qq mold; } >/dev/null 2>&1 || true
-  fi
+  command -v mold >/dev/null 2>&1 || apt_install "mold (optional)" mold 2>/dev/null || true
   if command -v mold >/dev/null 2>&1; then
     export CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C link-arg=-fuse-ld=mold"
     echo "linking with $(mold --version)"
