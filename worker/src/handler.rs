@@ -122,10 +122,11 @@ impl Job {
         self.ticket.checkpoint.as_ref()
     }
 
-    /// Fires when the attempt should stop: its `timeout_ms` passed, or the worker's drain grace
-    /// ran out. The handler then has 5 s to return; a success within them counts, otherwise
-    /// the attempt is failed (`timed out after N ms`) or, on a drain, handed back to another
-    /// worker (from the last checkpoint saved).
+    /// Fires when the attempt should stop: its `timeout_ms` passed, the worker's drain grace
+    /// ran out, or its shard cancelled it (a newer occurrence replaced it under
+    /// `overlap: replace`). The handler then has 5 s to return; a success within them counts,
+    /// otherwise the attempt is failed (`timed out after N ms`, `cancelled: …`) or, on a drain,
+    /// handed back to another worker (from the last checkpoint saved).
     pub fn cancelled(&self) -> &CancellationToken {
         &self.cancel
     }

@@ -212,8 +212,13 @@ impl Journal {
 
     /// What the journal holds about the attempt.
     pub fn seen(&self, t: &Ticket) -> Seen {
+        self.seen_attempt(t.ticket_id, t.attempt)
+    }
+
+    /// `seen` by the attempt's key.
+    pub fn seen_attempt(&self, ticket_id: Uuid, attempt: u32) -> Seen {
         let inner = self.inner.lock().expect("journal lock");
-        match inner.entries.get(&(t.ticket_id, t.attempt)) {
+        match inner.entries.get(&(ticket_id, attempt)) {
             None => Seen::New,
             Some(Record {
                 state: State::Finished,

@@ -1,7 +1,7 @@
 //! The `chronoshard worker` process as an operator runs it, against a dev platform's NATS: a
 //! `kill -9` mid-run and a restart on the same journal (the attempt is not run twice), a SIGTERM
 //! drain (in-flight work finishes and reports, unfinished work goes to another worker, exit 0),
-//! the SSRF guard and the shell limits.
+//! the SSRF guard and the shell limits, and a replaced execution's process group killed.
 
 use std::{
     path::Path,
@@ -189,6 +189,40 @@ async fn another_worker_takes_over_from_one_killed_mid_run_and_the_run_shows_bot
     assert_eq!(runs_page["runs"][0]["attempts"], 2, "{runs_page}");
     let runs = std::fs::read_to_string(dir.path().join("runs")).unwrap();
     assert_eq!(runs, "1\n2\n", "each attempt ran once");
+    p.stop().await.unwrap();
+}
+
+/// Overlap `replace`: the shard tells the worker to stop the replaced execution, and the worker
+/// kills its process group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replaced_shell_execution_is_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = platform_with(dir.path(), |o| o.workers = 0).await;
+    let api = Api::new(&p);
+    let data = dir.path().join("w");
+    std::fs::create_dir_all(&data).unwrap();
+    let _worker = WorkerProcess::start(&p, &data, "w-r", &SHELL);
+    let pids = dir.path().join("pids");
+    let script = format!("echo $$ >> {}; exec sleep 600", path_str(&pids));
+    let extra = json!({"schedule": {"every": "3s"}, "overlap": "replace"});
+    let job = api.create(&shell_job("replaced", &script, extra)).await;
+    // The second execution starts while the first still sleeps.
+    let first: i32 = wait_for("a second execution", LONG, || async {
+        let text = std::fs::read_to_string(&pids).ok()?;
+        let lines: Vec<&str> = text.lines().collect();
+        (lines.len() >= 2).then(|| lines[0].parse().unwrap())
+    })
+    .await
+    .unwrap();
+    // The first one's process is gone long before its ten minutes.
+    wait_for("the replaced execution to be killed", LONG, || async {
+        kill(Pid::from_raw(first), None).is_err().then_some(())
+    })
+    .await
+    .unwrap();
+    let (status, body) = api.post(&format!("/v1/jobs/{job}/pause"), &json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    crate::overlap::first_run_cancelled(&api, &job, "w-r").await;
     p.stop().await.unwrap();
 }
 

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Starts an SDK worker on the platform's NATS; it stops when the returned token is cancelled
 /// (or it is drained), and the returned task ends when it has.
-async fn sdk_worker(
+pub(crate) async fn sdk_worker(
     p: &Platform,
     dir: &Path,
     id: &str,

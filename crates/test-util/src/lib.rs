@@ -69,6 +69,8 @@ struct SinkState {
     requests: Arc<Mutex<Vec<Recorded>>>,
     status: Arc<Mutex<u16>>,
     delay: Arc<Mutex<Duration>>,
+    /// Requests whose caller went away before the answer (the connection closed).
+    aborted: Arc<Mutex<Vec<Recorded>>>,
 }
 
 /// An HTTP server on 127.0.0.1:0 that records every request and answers with a set status.
@@ -84,6 +86,7 @@ impl HttpSink {
             requests: Default::default(),
             status: Arc::new(Mutex::new(200)),
             delay: Default::default(),
+            aborted: Default::default(),
         };
         let app = Router::new()
             .fallback(any(record))
@@ -114,6 +117,26 @@ impl HttpSink {
     pub fn requests(&self) -> Vec<Recorded> {
         self.state.requests.lock().expect("lock").clone()
     }
+
+    /// The requests whose caller closed the connection while the sink was still answering.
+    pub fn aborted(&self) -> Vec<Recorded> {
+        self.state.aborted.lock().expect("lock").clone()
+    }
+}
+
+/// Records a request as aborted when its handler is dropped unfinished: the server drops it
+/// when the caller closes the connection.
+struct Answering {
+    state: SinkState,
+    request: Option<Recorded>,
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        if let Some(r) = self.request.take() {
+            self.state.aborted.lock().expect("lock").push(r);
+        }
+    }
 }
 
 impl Drop for HttpSink {
@@ -137,17 +160,23 @@ async fn record(State(state): State<SinkState>, req: axum::extract::Request) -> 
             )
         })
         .collect();
-    state.requests.lock().expect("lock").push(Recorded {
+    let recorded = Recorded {
         method: parts.method.to_string(),
         path: parts.uri.path().to_string(),
         headers,
         body,
         received_at: std::time::SystemTime::now(),
-    });
+    };
+    state.requests.lock().expect("lock").push(recorded.clone());
     let status = *state.status.lock().expect("lock");
     let delay = *state.delay.lock().expect("lock");
+    let mut answering = Answering {
+        state: state.clone(),
+        request: Some(recorded),
+    };
     // The target's own slowness, which the test asked for; nothing waits on it.
     tokio::time::sleep(delay).await;
+    answering.request = None;
     StatusCode::from_u16(status).unwrap_or(StatusCode::OK)
 }
 

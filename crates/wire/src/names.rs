@@ -91,6 +91,12 @@ pub fn worker_drain_subject(worker_id: &str) -> String {
     format!("chronoshard.workers.{worker_id}.drain")
 }
 
+/// Core NATS subject a worker answers a shard's questions about its attempts on: whether it
+/// still runs one (the watchdog's probe), and to stop one (overlap `replace`).
+pub fn worker_attempts_subject(worker_id: &str) -> String {
+    format!("chronoshard.workers.{worker_id}.attempts")
+}
+
 /// Whether `id` can name a worker (or a queue): the job spec's token rule (1-64 of
 /// `A-Z a-z 0-9 _ -`), so it is one NATS subject token and one file name.
 pub fn valid_worker_id(id: &str) -> bool {

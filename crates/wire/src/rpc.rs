@@ -451,6 +451,39 @@ pub struct DrainReply {
     pub in_flight: u32,
 }
 
+/// A shard's question to the worker that started an attempt (`names::worker_attempts_subject`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum AttemptRequest {
+    /// Does the attempt still run there? Asked by the watchdog before it declares it lost.
+    Probe { ticket_id: Uuid, attempt: u32 },
+    /// Stop running the attempt: it was replaced by a newer occurrence (overlap `replace`).
+    Cancel {
+        ticket_id: Uuid,
+        attempt: u32,
+        reason: String,
+    },
+}
+
+/// Where an attempt stands on the worker asked about it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptState {
+    /// Its handler runs here (for a cancel: it ran, and was told to stop).
+    Running,
+    /// It ended here and its result is on its way (journalled, not yet stored).
+    Finished,
+    /// Not running here: never started, or ended and reported.
+    Unknown,
+}
+
+/// A worker's answer to an `AttemptRequest`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptReply {
+    pub worker_id: String,
+    pub state: AttemptState,
+}
+
 /// A worker's heartbeat.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct WorkerInfo {

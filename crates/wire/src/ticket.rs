@@ -205,10 +205,12 @@ pub enum RunStatus {
     Dead,
     Skipped,
     Missed,
+    /// Replaced by a newer occurrence (overlap `replace`); its worker was told to stop it.
+    Cancelled,
 }
 
 impl RunStatus {
-    pub const ALL: [RunStatus; 9] = [
+    pub const ALL: [RunStatus; 10] = [
         RunStatus::Scheduled,
         RunStatus::Dispatched,
         RunStatus::Running,
@@ -218,6 +220,7 @@ impl RunStatus {
         RunStatus::Dead,
         RunStatus::Skipped,
         RunStatus::Missed,
+        RunStatus::Cancelled,
     ];
 
     pub fn as_str(&self) -> &'static str {
@@ -231,6 +234,7 @@ impl RunStatus {
             RunStatus::Dead => "dead",
             RunStatus::Skipped => "skipped",
             RunStatus::Missed => "missed",
+            RunStatus::Cancelled => "cancelled",
         }
     }
 
@@ -247,6 +251,7 @@ impl RunStatus {
                 | RunStatus::Dead
                 | RunStatus::Skipped
                 | RunStatus::Missed
+                | RunStatus::Cancelled
         )
     }
 }

@@ -17,8 +17,8 @@ use uuid::Uuid;
 use super::{
     compile,
     fair::tenant_tag,
-    plan,
-    store::{Applied, DueRow, FireRequest, Fired, FollowUp, JobRow, StoreError},
+    plan, probe,
+    store::{Applied, DueRow, FireOutcome, FireRequest, Fired, FollowUp, JobRow, StoreError},
     watchdog, Shard, ShardError,
 };
 
@@ -278,7 +278,7 @@ impl Shard {
             for nf in &p.not_fired {
                 self.metrics.not_fired(nf.status, &nf.reason, nf.count);
             }
-            self.count_fired(&job.tenant, &out.occurrences, out.replaced);
+            self.after_fire(&job.tenant, &out);
             let early: Vec<(Uuid, i64)> = out
                 .tickets
                 .iter()
@@ -358,7 +358,7 @@ impl Shard {
                 now,
             )
             .await?;
-        self.count_fired(&job.tenant, &out.occurrences, out.replaced);
+        self.after_fire(&job.tenant, &out);
         let ids = out.tickets.iter().map(|t| t.ticket_id).collect();
         trace_fired(&out.tickets, start);
         self.dispatcher.publish(out.tickets);
@@ -371,9 +371,11 @@ impl Shard {
         Ok((fired, ids))
     }
 
-    fn count_fired(&self, tenant: &str, occurrences: &[(i64, Fired)], replaced: u64) {
+    /// Counts what one fire transaction did, and tells the workers of the attempts it replaced
+    /// (overlap `replace`) to stop them.
+    fn after_fire(&self, tenant: &str, out: &FireOutcome) {
         let mut fired = 0;
-        for (_, f) in occurrences {
+        for (_, f) in &out.occurrences {
             match f {
                 Fired::Ticketed => fired += 1,
                 Fired::Skipped(reason) => self.metrics.not_fired(RunStatus::Skipped, reason, 1),
@@ -382,7 +384,11 @@ impl Shard {
         }
         self.metrics.fires.inc_by(fired);
         self.count_tenant(&tenants::TENANT_FIRES_TOTAL, tenant, fired);
-        self.metrics.replaced.inc_by(replaced);
+        self.metrics.replaced.inc_by(out.replaced);
+        for (ticket, attempt, worker) in &out.cancel {
+            let client = self.ctx.cluster.client.clone();
+            probe::cancel(client, worker.clone(), *ticket, *attempt);
+        }
     }
 
     /// Counts `n` events of `tenant`, under the label the `metrics_tenants` setting allows it.
@@ -432,37 +438,72 @@ impl Shard {
                 }
                 Ok(())
             }
-            Timer::Deadline { ticket, attempt } => {
-                let Some(open) = self.store.open_attempt(ticket, attempt).await? else {
-                    return Ok(());
-                };
-                // Not started: the delivery is JetStream's to repeat, not the watchdog's.
-                let Some(started) = open.started_at else {
-                    return Ok(());
-                };
-                match watchdog::verdict(started, open.progress_at, open.timeout_ms, now) {
-                    watchdog::Verdict::WaitUntil(at) => self.arm(at, timer),
-                    watchdog::Verdict::Lost(reason) => {
-                        let mut lost = TicketResult::about(
-                            ticket,
-                            attempt,
-                            self.ctx.shard,
-                            ResultKind::Failed,
-                            "watchdog",
-                            from_millis(now),
-                        );
-                        lost.error = Some(reason.clone());
-                        let applied = self.store.apply_results(&[lost], now).await?;
-                        if applied.changed > 0 {
-                            warn!(ticket_id = %ticket, attempt, %reason, "attempt lost");
-                            self.metrics.lost.inc();
-                        }
-                        self.follow(applied, now).await?;
-                    }
+            Timer::Deadline { ticket, attempt } => self.watch(ticket, attempt, None, now).await,
+        }
+    }
+
+    /// The watchdog's check of a started attempt with no result: wait, probe its worker, or fail
+    /// it as lost. `probed` is the answer of a probe this check started earlier.
+    pub(super) async fn watch(
+        &mut self,
+        ticket: Uuid,
+        attempt: u32,
+        probed: Option<probe::Probed>,
+        now: i64,
+    ) -> Result<(), ShardError> {
+        let Some(open) = self.store.open_attempt(ticket, attempt).await? else {
+            return Ok(());
+        };
+        // Not started: the delivery is JetStream's to repeat, not the watchdog's.
+        let Some(started) = open.started_at else {
+            return Ok(());
+        };
+        let (progress, timeout) = (open.progress_at, open.timeout_ms);
+        let mut verdict = watchdog::verdict(started, progress, timeout, now);
+        if verdict == watchdog::Verdict::Probe {
+            let worker = open.worker.as_deref();
+            verdict = match (worker, probed) {
+                // An answer about another worker is stale: a redelivery started meanwhile.
+                (Some(w), Some(p)) if p.worker == w => {
+                    watchdog::after_probe(worker, p.answer, started, progress, timeout, now)
                 }
-                Ok(())
+                (Some(w), _) => {
+                    let client = self.ctx.cluster.client.clone();
+                    probe::probe(client, self.loop_tx.clone(), w.to_string(), ticket, attempt);
+                    return Ok(());
+                }
+                (None, _) => watchdog::after_probe(
+                    None,
+                    watchdog::Answer::Silent,
+                    started,
+                    progress,
+                    timeout,
+                    now,
+                ),
+            };
+        }
+        match verdict {
+            watchdog::Verdict::WaitUntil(at) => self.arm(at, Timer::Deadline { ticket, attempt }),
+            watchdog::Verdict::Probe => unreachable!("a probe is judged by after_probe"),
+            watchdog::Verdict::Lost(reason) => {
+                let mut lost = TicketResult::about(
+                    ticket,
+                    attempt,
+                    self.ctx.shard,
+                    ResultKind::Failed,
+                    "watchdog",
+                    from_millis(now),
+                );
+                lost.error = Some(reason.clone());
+                let applied = self.store.apply_results(&[lost], now).await?;
+                if applied.changed > 0 {
+                    warn!(ticket_id = %ticket, attempt, %reason, "attempt lost");
+                    self.metrics.lost.inc();
+                }
+                self.follow(applied, now).await?;
             }
         }
+        Ok(())
     }
 
     /// Arms the timers applied results call for and releases buffered occurrences.

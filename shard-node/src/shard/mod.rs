@@ -15,6 +15,7 @@ mod load;
 mod moves;
 mod ops;
 pub mod plan;
+mod probe;
 mod results;
 pub mod retry;
 mod rpc;
@@ -154,6 +155,8 @@ pub(crate) enum Command {
     ),
     /// Results were applied: arm the retry and watchdog timers they call for.
     Applied(Applied),
+    /// The worker of a silent attempt answered the watchdog's probe (or did not).
+    Probed(probe::Probed),
 }
 
 /// Creates written in one transaction at most (see `Shard::on_command`).
@@ -178,6 +181,7 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
     let served = served::Served::new(ctx.live_queues.clone(), ctx.cluster.clone());
     let load = load::start(store.clone(), served.clone(), stop.clone());
     let (cmd_tx, cmd_rx) = mpsc::channel(1024);
+    let loop_tx = cmd_tx.downgrade();
     let results = results::start(
         store.clone(),
         ctx.clone(),
@@ -213,6 +217,7 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
         due: Vec::new(),
         metrics: ShardMetrics::new(ctx.shard),
         leaving,
+        loop_tx,
     };
     let outcome = match shard.recover(now).await {
         Ok(()) => shard.event_loop(cmd_rx, stop.clone()).await,
@@ -257,6 +262,9 @@ struct Shard {
     batch_jobs: HashMap<String, u64>,
     /// Routing keys whose tenants leave this shard (shards were added).
     leaving: Arc<moves::Leaving>,
+    /// The loop's own queue, for answers of tasks it starts (probes); weak, so it never keeps
+    /// the loop alive.
+    loop_tx: mpsc::WeakSender<Command>,
 }
 
 /// This shard's metric handles, resolved once: the fire path must not format labels per fire.
@@ -398,6 +406,18 @@ impl Shard {
                         let _ = reply.send(rpc::error_reply(&e));
                     }
                 },
+                Command::Probed(probed) => {
+                    let now = self.ctx.clock.now_ms();
+                    match self
+                        .watch(probed.ticket, probed.attempt, Some(probed), now)
+                        .await
+                    {
+                        Ok(()) => {}
+                        Err(e @ ShardError::Store(StoreError::Fenced { .. })) => return Err(e),
+                        // Checked again when the shard reopens.
+                        Err(e) => warn!(error = %e, "judging a probed attempt failed"),
+                    }
+                }
                 Command::Applied(applied) => {
                     let now = self.ctx.clock.now_ms();
                     match self.follow(applied, now).await {

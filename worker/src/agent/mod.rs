@@ -6,6 +6,7 @@
 //! and never decides retries: results go to the owning shard, which does.
 
 mod acked;
+mod attempts;
 mod delivery;
 mod limit;
 mod redelivery;
@@ -228,7 +229,20 @@ impl Worker {
             .subscribe(names::worker_drain_subject(&opts.worker_id))
             .await
             .map_err(|e| nats_error("drain subscription", e))?;
+        let attempt_requests = cluster
+            .client
+            .subscribe(names::worker_attempts_subject(&opts.worker_id))
+            .await
+            .map_err(|e| nats_error("attempts subscription", e))?;
         let stopped = CancellationToken::new();
+        tokio::spawn(attempts::serve(
+            cluster.client.clone(),
+            attempt_requests,
+            opts.worker_id.clone(),
+            running.clone(),
+            journal.clone(),
+            stopped.clone(),
+        ));
         tokio::spawn(answer_drain(
             cluster.client.clone(),
             drain_requests,

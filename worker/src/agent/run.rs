@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
 use super::{
-    delivery::Delivery,
+    delivery::{Claim, Delivery},
     redelivery::{self, Redelivered},
     Ctx,
 };
@@ -80,7 +80,7 @@ pub(super) async fn run_one(ctx: &Ctx, reg: &Registered, msg: Message) {
                         .await;
                     return;
                 }
-                match execute(ctx, reg, &ticket, delivery, &attempt).await {
+                match execute(ctx, reg, &ticket, &claim, &attempt).await {
                     Some(ran) => {
                         unreported_start = ran.unreported_start;
                         ran.outcome
@@ -307,9 +307,10 @@ async fn execute(
     ctx: &Ctx,
     reg: &Registered,
     ticket: &Ticket,
-    delivery: &Delivery,
+    claim: &Claim,
     attempt: &tracing::Span,
 ) -> Option<Ran> {
+    let delivery = &claim.delivery;
     let handler = match reg.pick(ticket) {
         Ok(h) => h,
         // `plan` checked; a handler cannot disappear in between.
@@ -354,7 +355,8 @@ async fn execute(
     let start_delay = tokio::time::sleep(ctx.start_report_delay);
     tokio::pin!(start_delay);
 
-    let cancel = CancellationToken::new();
+    // The claim's token: a shard's cancel (overlap `replace`) fires it too.
+    let cancel = claim.cancelled.clone();
     let job = Job::new(ticket.clone(), cancel.clone(), ctx.reporter.clone());
     // Its own task (the call too, so a handler that panics before returning its future is
     // caught as well): a panic is a failed attempt, not a dead worker.
@@ -369,26 +371,20 @@ async fn execute(
         tokio::select! {
             done = &mut task => break joined(done),
             _ = &mut limit => {
-                cancel.cancel();
-                let stopped = tokio::time::timeout(STOP_GRACE, &mut task).await;
-                task.abort();
                 let timed_out = Outcome::failed(format!("timed out after {} ms", ticket.timeout_ms));
-                break match stopped {
-                    // Finished as it was told to stop: that outcome counts.
-                    Ok(Ok(own)) if own.ok => own,
-                    // An executor that stopped itself on the token may say more (its output).
-                    Ok(Ok(own)) => Outcome { output: own.output, ..timed_out },
-                    _ => timed_out,
-                };
+                break stop(&mut task, &cancel, timed_out).await;
+            }
+            _ = cancel.cancelled() => {
+                let replaced = Outcome::failed("cancelled: replaced by a newer occurrence");
+                break stop(&mut task, &cancel, replaced).await;
             }
             _ = ctx.hard_stop.cancelled() => {
-                cancel.cancel();
-                let stopped = tokio::time::timeout(STOP_GRACE, &mut task).await;
-                task.abort();
-                match stopped {
-                    Ok(Ok(own)) if own.ok => break own,
-                    _ => return None,
+                // Unfinished: released for another worker, unless it finished well meanwhile.
+                let own = stop(&mut task, &cancel, Outcome::failed("stopped")).await;
+                if own.ok {
+                    break own;
                 }
+                return None;
             }
             _ = &mut start_delay, if start_unreported => report_start(&mut start_unreported).await,
             _ = beat.tick() => {
@@ -412,6 +408,28 @@ async fn execute(
         outcome,
         unreported_start: start_unreported.then_some(started),
     })
+}
+
+/// Tells the handler to stop and waits up to `STOP_GRACE` for it; `instead` is the outcome
+/// unless it finished well meanwhile.
+async fn stop(
+    task: &mut tokio::task::JoinHandle<Outcome>,
+    cancel: &CancellationToken,
+    instead: Outcome,
+) -> Outcome {
+    cancel.cancel();
+    let stopped = tokio::time::timeout(STOP_GRACE, &mut *task).await;
+    task.abort();
+    match stopped {
+        // Finished as it was told to stop: that outcome counts.
+        Ok(Ok(own)) if own.ok => own,
+        // An executor that stopped itself on the token may say more (its output).
+        Ok(Ok(own)) => Outcome {
+            output: own.output,
+            ..instead
+        },
+        _ => instead,
+    }
 }
 
 fn joined(done: Result<Outcome, tokio::task::JoinError>) -> Outcome {

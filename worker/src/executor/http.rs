@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use chronoshard_telemetry::traces;
 use chronoshard_wire::{names, rfc3339, TargetSpec, Ticket};
+use tokio_util::sync::CancellationToken;
 
 use super::{
     ssrf::{self, SsrfGuard},
@@ -33,9 +34,13 @@ impl HttpExecutor {
         &self.guard
     }
 
-    /// Sends the ticket's request unless the guard refuses its target.
-    pub async fn execute(&self, ticket: &Ticket) -> Outcome {
-        send(&self.client, &self.guard, ticket).await
+    /// Sends the ticket's request unless the guard refuses its target. A cancel drops the call
+    /// at once (the connection is closed, so the target sees it aborted).
+    pub async fn execute(&self, ticket: &Ticket, cancel: &CancellationToken) -> Outcome {
+        tokio::select! {
+            o = send(&self.client, &self.guard, ticket) => o,
+            () = cancel.cancelled() => Outcome::failed("cancelled: the call was aborted"),
+        }
     }
 }
 
@@ -258,7 +263,9 @@ mod tests {
         let sink = HttpSink::start().await.expect("sink");
         let port = sink.addr.port();
         let http = executor(SsrfGuard::default());
-        let out = http.execute(&ticket(&sink.url("/hook"))).await;
+        let out = http
+            .execute(&ticket(&sink.url("/hook")), &CancellationToken::new())
+            .await;
         assert_eq!(
             error(&out),
             "refused: 127.0.0.1 is loopback and not allow-listed"
@@ -268,11 +275,14 @@ mod tests {
             format!("http://0x7f.1:{port}/"),
             format!("http://[::ffff:127.0.0.1]:{port}/"),
         ] {
-            let out = http.execute(&ticket(&url)).await;
+            let out = http.execute(&ticket(&url), &CancellationToken::new()).await;
             assert!(error(&out).starts_with("refused: "), "{url}: {out:?}");
         }
         let out = http
-            .execute(&ticket("http://169.254.169.254/latest/meta-data/"))
+            .execute(
+                &ticket("http://169.254.169.254/latest/meta-data/"),
+                &CancellationToken::new(),
+            )
             .await;
         assert_eq!(
             error(&out),
@@ -286,7 +296,7 @@ mod tests {
         let sink = HttpSink::start().await.expect("sink");
         let http = executor(SsrfGuard::default().allow_loopback());
         let t = ticket(&sink.url("/hook"));
-        let out = http.execute(&t).await;
+        let out = http.execute(&t, &CancellationToken::new()).await;
         assert!(out.ok, "{out:?}");
         assert_eq!(out.http_status, Some(200));
         let requests = sink.requests();
@@ -303,7 +313,9 @@ mod tests {
     async fn host_name_is_checked_at_resolution() {
         let sink = HttpSink::start().await.expect("sink");
         let url = format!("http://localhost:{}/", sink.addr.port());
-        let out = executor(SsrfGuard::default()).execute(&ticket(&url)).await;
+        let out = executor(SsrfGuard::default())
+            .execute(&ticket(&url), &CancellationToken::new())
+            .await;
         let err = error(&out);
         assert!(err.starts_with("refused: localhost resolves to "), "{err}");
         assert!(
@@ -314,7 +326,7 @@ mod tests {
 
         // A host-name entry trusts the name's DNS.
         let out = executor(allowing(&["LocalHost"]))
-            .execute(&ticket(&url))
+            .execute(&ticket(&url), &CancellationToken::new())
             .await;
         assert!(out.ok, "{out:?}");
         assert_eq!(sink.requests().len(), 1);
@@ -329,7 +341,7 @@ mod tests {
         let url = format!("http://127.0.0.1:{}/", front.addr.port());
 
         let out = executor(allowing(&["127.0.0.1/32"]))
-            .execute(&ticket(&url))
+            .execute(&ticket(&url), &CancellationToken::new())
             .await;
         assert_eq!(
             error(&out),
@@ -339,7 +351,7 @@ mod tests {
         assert!(target.hits().is_empty(), "{:?}", target.hits());
 
         let out = executor(allowing(&["127.0.0.0/8"]))
-            .execute(&ticket(&url))
+            .execute(&ticket(&url), &CancellationToken::new())
             .await;
         assert!(out.ok, "{out:?}");
         // A 302 turns the POST into a GET, as browsers do.
@@ -351,7 +363,7 @@ mod tests {
         let looping = Raw::start("127.0.0.1", Some("/again".into())).await;
         let url = format!("http://127.0.0.1:{}/", looping.addr.port());
         let out = executor(allowing(&["127.0.0.1"]))
-            .execute(&ticket(&url))
+            .execute(&ticket(&url), &CancellationToken::new())
             .await;
         let err = error(&out);
         assert!(err.starts_with("request failed: "), "{err}");

@@ -42,7 +42,7 @@ impl Outcome {
 impl Handler for http::HttpExecutor {
     fn call(&self, job: Job) -> BoxFuture<Outcome> {
         let me = self.clone();
-        Box::pin(async move { me.execute(job.ticket()).await })
+        Box::pin(async move { me.execute(job.ticket(), job.cancelled()).await })
     }
 }
 

@@ -5,19 +5,52 @@
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::pull, AckKind};
-use chronoshard_wire::{names, ResultKind, Ticket, TicketResult, PROTOCOL_VERSION};
+use chronoshard_wire::{
+    names,
+    rpc::{AttemptReply, AttemptRequest, AttemptState},
+    ResultKind, Ticket, TicketResult, PROTOCOL_VERSION,
+};
 use futures::StreamExt;
 
+/// The worker id a hand worker reports with.
+pub const HAND: &str = "hand";
+
 pub struct HandWorker {
+    client: async_nats::Client,
     js: jetstream::Context,
     messages: pull::Stream,
+}
+
+/// Requests a shard sends about the hand worker's attempts (probes, cancels), for the test to
+/// answer or leave unanswered.
+pub struct AttemptRequests(async_nats::Subscriber, async_nats::Client);
+
+impl AttemptRequests {
+    /// The next request, with where to answer it.
+    pub async fn next(&mut self, within: Duration) -> (AttemptRequest, async_nats::Subject) {
+        let msg = tokio::time::timeout(within, self.0.next())
+            .await
+            .expect("a request arrives in time")
+            .expect("subscription open");
+        let req = serde_json::from_slice(&msg.payload).expect("an attempt request");
+        (req, msg.reply.expect("a request wants a reply"))
+    }
+
+    pub async fn answer(&self, to: async_nats::Subject, state: AttemptState) {
+        let reply = AttemptReply {
+            worker_id: HAND.into(),
+            state,
+        };
+        let body = serde_json::to_vec(&reply).expect("json");
+        self.1.publish(to, body.into()).await.expect("reply sent");
+    }
 }
 
 impl HandWorker {
     /// Consumes `chronoshard.dispatch.<queue>` with its own durable consumer.
     pub async fn start(nats_url: &str, queue: &str) -> HandWorker {
         let client = async_nats::connect(nats_url).await.expect("nats connects");
-        let js = jetstream::new(client);
+        let js = jetstream::new(client.clone());
         let stream = js
             .get_stream(names::DISPATCH_STREAM)
             .await
@@ -32,7 +65,22 @@ impl HandWorker {
             .await
             .expect("consumer");
         let messages = consumer.messages().await.expect("messages");
-        HandWorker { js, messages }
+        HandWorker {
+            client,
+            js,
+            messages,
+        }
+    }
+
+    /// Subscribes to what shards ask this worker about its attempts.
+    pub async fn attempt_requests(&self) -> AttemptRequests {
+        let sub = self
+            .client
+            .subscribe(names::worker_attempts_subject(HAND))
+            .await
+            .expect("subscribed");
+        self.client.flush().await.expect("flushed");
+        AttemptRequests(sub, self.client.clone())
     }
 
     /// The next ticket (acknowledged at once: this worker keeps no delivery open).
@@ -58,7 +106,7 @@ impl HandWorker {
 
     /// Reports a result for the ticket's attempt, as a worker would.
     pub async fn report(&self, t: &Ticket, kind: ResultKind, error: Option<&str>) {
-        let mut r = TicketResult::new(t, kind, "hand", chrono::Utc::now());
+        let mut r = TicketResult::new(t, kind, HAND, chrono::Utc::now());
         r.error = error.map(str::to_string);
         let msg = jetstream::message::PublishMessage::build()
             .payload(serde_json::to_vec(&r).expect("json").into())

@@ -64,8 +64,10 @@ pub struct FireOutcome {
     pub tickets: Vec<Ticket>,
     /// Per requested occurrence, in order.
     pub occurrences: Vec<(i64, Fired)>,
-    /// Active runs ended as `failed` by `overlap: replace`.
+    /// Active runs ended as `cancelled` by `overlap: replace`.
     pub replaced: u64,
+    /// Their attempts a worker had started: (ticket, attempt, worker), whom to tell to stop.
+    pub cancel: Vec<(Uuid, u32, String)>,
 }
 
 pub(super) fn ticket_json(t: &Ticket) -> Result<String> {
@@ -231,7 +233,7 @@ impl Store {
                     }
                     Overlap::Replace => {
                         for old in active {
-                            replace_run(tx, id, old, now).await?;
+                            out.cancel.extend(replace_run(tx, id, old, now).await?);
                             out.replaced += 1;
                         }
                     }
@@ -368,11 +370,27 @@ async fn skip(tx: &mut Tx, id: &str, at: i64, why: &'static str, now: i64) -> Re
     Ok(Fired::Skipped(why))
 }
 
-/// Ends an active run as `failed` (overlap `replace`): its open attempts are finished, so a late
-/// result of the replaced execution changes nothing.
-async fn replace_run(tx: &mut Tx, id: &str, at: i64, now: i64) -> Result<()> {
+/// Ends an active run as `cancelled` (overlap `replace`): its open attempts are finished, so a
+/// late result of the replaced execution changes nothing. Returns the attempts a worker had
+/// started, for the shard to tell that worker to stop.
+async fn replace_run(tx: &mut Tx, id: &str, at: i64, now: i64) -> Result<Vec<(Uuid, u32, String)>> {
+    let started = sqlx::query(
+        "SELECT a.ticket_id, a.attempt, a.worker FROM attempts a JOIN tickets t ON t.id = a.ticket_id \
+         WHERE t.job_id = $1 AND t.scheduled_at = $2 AND a.finished_at IS NULL \
+         AND a.started_at IS NOT NULL AND a.worker IS NOT NULL",
+    )
+    .bind(id)
+    .bind(at)
+    .fetch_all(&mut **tx)
+    .await?
+    .iter()
+    .map(|r| {
+        let ticket = super::parse_uuid(&r.try_get::<String, _>("ticket_id")?)?;
+        Ok((ticket, r.try_get::<i64, _>("attempt")? as u32, r.try_get("worker")?))
+    })
+    .collect::<Result<Vec<_>>>()?;
     sqlx::query(
-        "UPDATE attempts SET finished_at = $1, status = 'failed', error = $2 WHERE finished_at IS NULL \
+        "UPDATE attempts SET finished_at = $1, status = 'cancelled', error = $2 WHERE finished_at IS NULL \
          AND ticket_id IN (SELECT id FROM tickets WHERE job_id = $3 AND scheduled_at = $4)",
     )
     .bind(now)
@@ -382,7 +400,7 @@ async fn replace_run(tx: &mut Tx, id: &str, at: i64, now: i64) -> Result<()> {
     .execute(&mut **tx)
     .await?;
     sqlx::query(&format!(
-        "UPDATE tickets SET status = 'failed', updated_at = $1 WHERE job_id = $2 AND scheduled_at = $3 \
+        "UPDATE tickets SET status = 'cancelled', updated_at = $1 WHERE job_id = $2 AND scheduled_at = $3 \
          AND status IN {ACTIVE}"
     ))
     .bind(now)
@@ -391,7 +409,7 @@ async fn replace_run(tx: &mut Tx, id: &str, at: i64, now: i64) -> Result<()> {
     .execute(&mut **tx)
     .await?;
     sqlx::query(
-        "UPDATE runs SET status = 'failed', reason = $1, updated_at = $2 WHERE job_id = $3 AND scheduled_at = $4",
+        "UPDATE runs SET status = 'cancelled', reason = $1, updated_at = $2 WHERE job_id = $3 AND scheduled_at = $4",
     )
     .bind(reason::REPLACED)
     .bind(now)
@@ -399,7 +417,7 @@ async fn replace_run(tx: &mut Tx, id: &str, at: i64, now: i64) -> Result<()> {
     .bind(at)
     .execute(&mut **tx)
     .await?;
-    Ok(())
+    Ok(started)
 }
 
 /// Takes back tickets written ahead of their time and never published, as if their occurrence

@@ -110,6 +110,8 @@ pub struct OpenAttempt {
     pub started_at: Option<i64>,
     pub progress_at: Option<i64>,
     pub timeout_ms: i64,
+    /// The worker that reported the start, which the watchdog asks before it gives up.
+    pub worker: Option<String>,
 }
 
 /// The answer to a replay request.
@@ -142,7 +144,7 @@ impl Store {
     /// when the shard opens.
     pub async fn open_attempts(&self) -> Result<Vec<OpenAttempt>> {
         let rows = sqlx::query(
-            "SELECT a.ticket_id, a.attempt, a.not_before, a.published_at, a.started_at, a.heartbeat_at, t.timeout_ms \
+            "SELECT a.ticket_id, a.attempt, a.not_before, a.published_at, a.started_at, a.heartbeat_at, a.worker, t.timeout_ms \
              FROM attempts a JOIN tickets t ON t.id = a.ticket_id AND t.attempt = a.attempt \
              WHERE a.finished_at IS NULL ORDER BY a.created_at",
         )
@@ -154,7 +156,7 @@ impl Store {
     /// One attempt if it is still the ticket's current one and has no final result.
     pub async fn open_attempt(&self, ticket: Uuid, attempt: u32) -> Result<Option<OpenAttempt>> {
         let row = sqlx::query(
-            "SELECT a.ticket_id, a.attempt, a.not_before, a.published_at, a.started_at, a.heartbeat_at, t.timeout_ms \
+            "SELECT a.ticket_id, a.attempt, a.not_before, a.published_at, a.started_at, a.heartbeat_at, a.worker, t.timeout_ms \
              FROM attempts a JOIN tickets t ON t.id = a.ticket_id AND t.attempt = a.attempt \
              WHERE a.ticket_id = $1 AND a.attempt = $2 AND a.finished_at IS NULL",
         )
@@ -237,6 +239,7 @@ fn open_from_row(r: &sqlx::any::AnyRow) -> Result<OpenAttempt> {
         timeout_ms: r
             .try_get::<Option<i64>, _>("timeout_ms")?
             .unwrap_or(DEFAULT_TIMEOUT_MS),
+        worker: r.try_get("worker")?,
     })
 }
 

@@ -326,17 +326,31 @@ async fn overlap_buffer_one_holds_one_occurrence_and_releases_it_when_the_run_en
         .is_empty());
 }
 
-async fn overlap_replace_ends_the_active_run_and_ignores_its_late_result(db: TestDb) {
+async fn overlap_replace_cancels_the_active_run_and_ignores_its_late_result(db: TestDb) {
     let s = open(&db, 1).await.unwrap();
     let mut j = with_retry(job("t", 1000), 3, Backoff::Fixed);
     j.spec.overlap = Overlap::Replace;
     s.create_job(&j, None).await.unwrap();
-    let old = fired(&s, &j, 1000).await;
+    // not started yet: no worker to tell
+    let unstarted = fired(&s, &j, 500).await;
+    let out = fire_at(&s, &j, 1000).await;
+    assert_eq!((out.replaced, out.cancel.len()), (1, 0));
+    let old = out.tickets[0].clone();
+    s.apply_results(&[report(&old, 1, ResultKind::Started, 1100)], 1100)
+        .await
+        .unwrap();
     let out = fire_at(&s, &j, 2000).await;
     assert_eq!((out.tickets.len(), out.replaced), (1, 1));
-    let run = run_at(&s, &j, 1000).await;
-    assert_eq!(run.status, RunStatus::Failed);
-    assert_eq!(run.reason.as_deref(), Some(reason::REPLACED));
+    assert_eq!(out.cancel, vec![(old.ticket_id, 1, "w".to_string())]);
+    for (at, t) in [(500, &unstarted), (1000, &old)] {
+        let run = run_at(&s, &j, at).await;
+        assert_eq!(run.status, RunStatus::Cancelled);
+        assert_eq!(run.reason.as_deref(), Some(reason::REPLACED));
+        let view = s.ticket(t.ticket_id).await.unwrap().unwrap();
+        assert_eq!(view.status, RunStatus::Cancelled);
+        assert_eq!(view.attempts[0].status, RunStatus::Cancelled);
+        assert_eq!(view.attempts[0].error.as_deref(), Some(reason::REPLACED));
+    }
     let late = s
         .apply_results(&[report(&old, 1, ResultKind::Failed, 2100)], 2100)
         .await
@@ -699,7 +713,7 @@ store_tests!(
     a_retry_waiting_for_its_backoff_survives_a_new_owner,
     overlap_forbid_skips_while_a_run_is_active,
     overlap_buffer_one_holds_one_occurrence_and_releases_it_when_the_run_ends,
-    overlap_replace_ends_the_active_run_and_ignores_its_late_result,
+    overlap_replace_cancels_the_active_run_and_ignores_its_late_result,
     a_sharded_occurrence_succeeds_when_every_item_does,
     one_dead_item_makes_the_occurrence_dead,
     a_paused_tenants_jobs_are_not_loaded,
