@@ -255,14 +255,19 @@ impl Platform {
         Ok(())
     }
 
-    /// Restarts the nats-server child on the same port and store, as an operator (or a crash and
-    /// a supervisor) would; every part reconnects on its own. `kill` makes it a crash (SIGKILL).
-    pub async fn restart_nats(&mut self, kill: bool) -> anyhow::Result<()> {
+    /// Stops the nats-server child, as an operator (or a crash) would: `kill` makes it a crash
+    /// (SIGKILL). Every part reconnects on its own once `start_nats` brings it back.
+    pub async fn stop_nats(&mut self, kill: bool) -> anyhow::Result<()> {
         if kill {
             self.nats.kill().await?;
         } else {
             self.nats.stop().await?;
         }
+        Ok(())
+    }
+
+    /// Starts nats-server again on the same port and store after `stop_nats`.
+    pub async fn start_nats(&mut self) -> anyhow::Result<()> {
         let mut opts = self.nats_opts.clone();
         opts.port = self.nats.addr().port();
         self.nats = chronoshard_natsd::Server::start(self.nats.binary.clone(), &opts).await?;

@@ -30,6 +30,7 @@ mod metrics;
 mod nats_restart;
 mod overlap;
 mod plugins;
+mod policies;
 mod postgres;
 mod production_cluster;
 mod python_worker;

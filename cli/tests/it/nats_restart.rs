@@ -15,9 +15,12 @@ async fn run_through_restart(kill: bool) {
     let sink = HttpSink::start().await.unwrap();
     let start = Utc::now();
     let mut ids = Vec::new();
+    let mut due_at = Vec::new();
     for i in 0..60i64 {
         // due over the next 6 s, so some fall due while nats-server is down
-        let at = (start + chrono::Duration::milliseconds(500 + i * 100)).to_rfc3339();
+        let due = start + chrono::Duration::milliseconds(500 + i * 100);
+        due_at.push(due);
+        let at = due.to_rfc3339();
         ids.push(
             api.create(&json!({"tenant": format!("t{}", i % 3), "name": format!("j{i}"), "schedule": {"at": at},
                 "target": {"type": "http", "url": sink.url(&format!("/j/{i}"))}}))
@@ -29,7 +32,23 @@ async fn run_through_restart(kill: bool) {
     })
     .await
     .unwrap();
-    p.restart_nats(kill).await.unwrap();
+    p.stop_nats(kill).await.unwrap();
+    let down_at = Utc::now();
+    // The outage lasts until five occurrences fell due during it.
+    let due_during: Vec<usize> = wait_for(
+        "occurrences to fall due during the outage",
+        LONG,
+        || async {
+            let now = Utc::now();
+            let due: Vec<usize> = (0..60)
+                .filter(|i| (down_at..now).contains(&due_at[*i]))
+                .collect();
+            (due.len() >= 5).then_some(due)
+        },
+    )
+    .await
+    .unwrap();
+    p.start_nats().await.unwrap();
     for id in &ids {
         api.newest_run_succeeded(id).await;
     }
@@ -42,6 +61,12 @@ async fn run_through_restart(kill: bool) {
         per_path.entry(r.path).or_default().push(key);
     }
     assert_eq!(per_path.len(), 60, "some jobs never reached the target");
+    for i in &due_during {
+        assert!(
+            per_path.contains_key(&format!("/j/{i}")),
+            "j{i} was due during the outage"
+        );
+    }
     let twice: Vec<_> = per_path
         .iter()
         .filter(|(_, calls)| calls.len() > 1)

@@ -31,6 +31,19 @@ async fn restart_on_the_same_data_dir_keeps_jobs_history_and_firing() {
     .await
     .unwrap();
     p.stop().await.unwrap();
+    // The platform stays down until the one-shot is due.
+    let due = chrono::DateTime::parse_from_rfc3339(&later).unwrap();
+    wait_for(
+        "the one-shot to fall due during the downtime",
+        LONG,
+        || async { (Utc::now() > due).then_some(()) },
+    )
+    .await
+    .unwrap();
+    assert!(
+        sink.requests().iter().all(|r| r.path != "/later"),
+        "nothing ran the one-shot while the platform was down"
+    );
 
     let p = platform(dir.path()).await;
     let api = Api::new(&p);
