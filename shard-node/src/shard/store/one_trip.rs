@@ -162,8 +162,13 @@ impl Store {
         // when there was none to roll back. Otherwise it is closed.
         match armed.conn().execute("ROLLBACK").await {
             Ok(_) => armed.release(),
-            Err(r) if r.to_string().contains("no transaction is active") => armed.release(),
-            Err(_) => armed.close(),
+            // The rollback failed: either none was open, or the connection is broken. A BEGIN
+            // tells which without reading an error's text: it succeeds only outside a
+            // transaction on a working connection.
+            Err(_) => match armed.conn().execute("BEGIN").await {
+                Ok(_) if armed.conn().execute("ROLLBACK").await.is_ok() => armed.release(),
+                _ => armed.close(),
+            },
         }
         let current: Option<i64> =
             match sqlx::query_scalar("SELECT epoch FROM shard_meta WHERE id = 1")
