@@ -236,7 +236,7 @@ mod tests {
             let p = plan(&shape(kind, 7), "r1", &target());
             for spec in &p.specs {
                 let parsed: JobSpec = serde_json::from_value(spec.clone()).unwrap();
-                parsed.validate(shape(kind, 1).first_due).unwrap();
+                chronoshard_schedule::spec::check_job(&parsed, shape(kind, 1).first_due).unwrap();
             }
         }
     }

@@ -7,6 +7,7 @@ use axum::{
     Json,
 };
 use chrono::{DateTime, Utc};
+use chronoshard_schedule::spec::check_job;
 use chronoshard_wire::{
     job::check_token,
     rpc::{JobIds, ShardReply, ShardRequest},
@@ -101,8 +102,7 @@ pub async fn create_job(
 ) -> Result<impl IntoResponse, ApiError> {
     let start = std::time::SystemTime::now();
     // Checked here too, so a bad request never reaches a shard.
-    spec.validate(Utc::now())
-        .map_err(|e| ApiError::field(e.field, e.message))?;
+    check_job(&spec, Utc::now()).map_err(|e| ApiError::field(e.field, e.message))?;
     caller.may_create_in(&spec.tenant)?;
     body::check_payload(&spec.payload)?;
     let key = match headers.get("idempotency-key") {

@@ -71,8 +71,7 @@ pub async fn preview(Params(q): Params<PreviewQuery>) -> Result<Json<Preview>, A
         return Err(ApiError::field("cron", "one of cron or every is required"));
     }
     // Field names in errors are the query parameter names.
-    let schedule = spec
-        .compile(after)
+    let schedule = chronoshard_schedule::spec::compile(&spec, after)
         .map_err(|e| ApiError::field(e.field.trim_start_matches("schedule."), e.message))?;
     Ok(Json(Preview {
         fire_times: schedule.preview(after, count),

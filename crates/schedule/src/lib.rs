@@ -8,7 +8,8 @@
 //!
 //! Modules: `field` parses one cron field, `days` says which days the Quartz day tokens select
 //! in a month, `search` finds the next matching wall-clock time, `cron` maps wall-clock times
-//! to instants under the DST rules, `interval` does `every`.
+//! to instants under the DST rules, `interval` does `every`, `spec` compiles the wire's
+//! `ScheduleSpec` (and checks a whole `JobSpec`) into a `Schedule`.
 //!
 //! # Resolved ambiguities
 //!
@@ -87,6 +88,7 @@ mod days;
 mod field;
 mod interval;
 mod search;
+pub mod spec;
 
 pub use chrono::{DateTime, Utc};
 pub use cron::Cron;

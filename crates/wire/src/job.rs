@@ -1,10 +1,10 @@
 //! The job as clients write it (`JobSpec`, `JobPatch`) and read it (`Job`), and the one place that
-//! checks a spec field by field, so that every 400 names the field at fault.
+//! checks a spec's fields, so that every 400 names the field at fault. Compiling its schedule is
+//! `chronoshard_schedule::spec`'s: this crate holds data and the contract's field rules only.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use chronoshard_schedule::Schedule;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -501,50 +501,18 @@ impl ScheduleSpec {
         stray("end_at", self.end_at.is_some(), kind == ScheduleKind::Every)?;
         Ok(kind)
     }
-
-    /// Builds the evaluable schedule. `created_at` anchors `delay` and the default `start_at`.
-    /// Instants are truncated to whole milliseconds, the platform's resolution, so that a stored
-    /// occurrence (milliseconds) and the schedule always agree.
-    pub fn compile(&self, created_at: DateTime<Utc>) -> Result<Schedule, FieldError> {
-        use chronoshard_schedule::{Cron, Error as E};
-        let ms = |t: DateTime<Utc>| crate::from_millis(t.timestamp_millis());
-        let created_at = ms(created_at);
-        Ok(match self.kind()? {
-            ScheduleKind::Cron => {
-                let expr = self.cron.as_deref().unwrap_or_default();
-                let tz = self.timezone.as_deref().unwrap_or("UTC");
-                Schedule::Cron(Cron::parse(expr, tz).map_err(|e| match e {
-                    E::UnknownTimeZone(_) => FieldError::new("schedule.timezone", e.to_string()),
-                    _ => FieldError::new("schedule.cron", e.to_string()),
-                })?)
-            }
-            ScheduleKind::Every => {
-                let every = self.every.unwrap_or_default();
-                Schedule::every(
-                    every.0,
-                    ms(self.start_at.unwrap_or(created_at)),
-                    self.end_at.map(ms),
-                )
-                .map_err(|e| FieldError::new("schedule.every", e.to_string()))?
-            }
-            ScheduleKind::At => Schedule::At(ms(self.at.unwrap_or(created_at))),
-            ScheduleKind::Delay => {
-                let delay =
-                    chrono::Duration::milliseconds(self.delay.unwrap_or_default().as_millis());
-                Schedule::At(created_at + delay)
-            }
-        })
-    }
 }
 
 impl JobSpec {
-    /// Checks every field; returns the compiled schedule so callers need not compile twice.
-    pub fn validate(&self, created_at: DateTime<Utc>) -> Result<Schedule, FieldError> {
+    /// Checks every field but what only compiling the schedule tells (a cron expression's
+    /// syntax, a time zone's name, an interval's size): `chronoshard_schedule::spec::check_job`
+    /// does both.
+    pub fn validate(&self) -> Result<(), FieldError> {
         check_token("tenant", &self.tenant, 64)?;
         if self.name.trim().is_empty() || self.name.len() > 200 {
             return Err(FieldError::new("name", "must be 1-200 characters"));
         }
-        let schedule = self.schedule.compile(created_at)?;
+        self.schedule.kind()?;
         match &self.target {
             TargetSpec::Http {
                 url,
@@ -602,7 +570,7 @@ impl JobSpec {
         if !(1..=1000).contains(&self.shard_items) {
             return Err(FieldError::new("shard_items", "must be 1-1000"));
         }
-        Ok(schedule)
+        Ok(())
     }
 }
 
@@ -624,7 +592,7 @@ mod tests {
           "timeout": "30s", "overlap": "forbid", "catchup": {"policy": "latest", "window": "1h"},
           "priority": 5, "shard_items": 1 });
         let s = spec(j.clone()).unwrap();
-        s.validate(Utc::now()).unwrap();
+        s.validate().unwrap();
         assert_eq!(serde_json::to_value(&s).unwrap(), j);
     }
 
@@ -635,7 +603,7 @@ mod tests {
                 "schedule": {"at": "2026-01-01T00:00:00Z"},
                 "target": {"type": "queue", "queue": queue}}))
             .unwrap();
-            let e = s.validate(Utc::now()).unwrap_err();
+            let e = s.validate().unwrap_err();
             assert_eq!(e.field, "target.queue", "{e:?}");
         }
     }
@@ -647,7 +615,7 @@ mod tests {
                 "schedule": {"at": "2026-01-01T00:00:00Z"},
                 "target": {"type": "http", "url": "https://x.test/", "headers": headers}}))
             .unwrap()
-            .validate(Utc::now())
+            .validate()
         };
         with(serde_json::json!({"X-Api-Key": "k 1", "Accept": "application/json"})).unwrap();
         let too_many: serde_json::Map<_, _> = (0..=MAX_HEADERS)
@@ -677,8 +645,8 @@ mod tests {
                 "target": {"type": "queue", "queue": "q", "job_type": job_type}}))
             .unwrap()
         };
-        with("send-email").validate(Utc::now()).unwrap();
-        let e = with("send email").validate(Utc::now()).unwrap_err();
+        with("send-email").validate().unwrap();
+        let e = with("send email").validate().unwrap_err();
         assert_eq!(e.field, "target.job_type", "{e:?}");
     }
 
@@ -712,55 +680,6 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(s.kind().unwrap_err().field, "schedule.timezone");
-    }
-
-    #[test]
-    fn compile_names_the_field() {
-        let s = ScheduleSpec {
-            cron: Some("61 * * * *".into()),
-            ..Default::default()
-        };
-        assert_eq!(s.compile(Utc::now()).unwrap_err().field, "schedule.cron");
-        let s = ScheduleSpec {
-            cron: Some("* * * * *".into()),
-            timezone: Some("Mars/Olympus".into()),
-            ..Default::default()
-        };
-        assert_eq!(
-            s.compile(Utc::now()).unwrap_err().field,
-            "schedule.timezone"
-        );
-    }
-
-    #[test]
-    fn instants_are_truncated_to_milliseconds() {
-        let t: DateTime<Utc> = "2026-11-29T08:34:45.082719350Z".parse().unwrap();
-        let s = ScheduleSpec {
-            at: Some(t),
-            ..Default::default()
-        };
-        let at = s.compile(t).unwrap();
-        assert_eq!(
-            at,
-            Schedule::At("2026-11-29T08:34:45.082Z".parse().unwrap())
-        );
-        assert_eq!(
-            at.next_after("2026-11-29T08:34:45.082Z".parse().unwrap()),
-            None
-        );
-    }
-
-    #[test]
-    fn delay_is_at_creation_plus_delay() {
-        let now = crate::from_millis(Utc::now().timestamp_millis());
-        let s = ScheduleSpec {
-            delay: Some("10m".parse().unwrap()),
-            ..Default::default()
-        };
-        assert_eq!(
-            s.compile(now).unwrap(),
-            Schedule::At(now + chrono::Duration::minutes(10))
-        );
     }
 
     #[test]

@@ -528,7 +528,7 @@ fn start_checkpoints(store: Store, stop: CancellationToken) -> tokio::task::Join
 
 /// The evaluable schedule of a stored job, anchored when its schedule was set.
 pub(crate) fn compile(job: &JobRow) -> Result<Schedule, chronoshard_wire::job::FieldError> {
-    job.spec.schedule.compile(from_millis(job.anchor_at))
+    chronoshard_schedule::spec::compile(&job.spec.schedule, from_millis(job.anchor_at))
 }
 
 /// The first occurrence of a schedule that starts now: a one-shot in the past is due at once,

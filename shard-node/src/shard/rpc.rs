@@ -6,6 +6,7 @@ use std::sync::{
     Arc,
 };
 
+use chronoshard_schedule::spec::check_job;
 use chronoshard_wire::{
     from_millis,
     rpc::{RpcError, RpcErrorCode, ShardReply, ShardRequest},
@@ -375,7 +376,7 @@ impl Shard {
                     job.anchor_at = now;
                 }
                 job.spec = spec;
-                let schedule = match job.spec.validate(from_millis(job.anchor_at)) {
+                let schedule = match check_job(&job.spec, from_millis(job.anchor_at)) {
                     Ok(s) => s,
                     Err(fe) => return Ok(invalid(fe)),
                 };
@@ -495,7 +496,7 @@ impl Shard {
         let mut replies: Vec<Option<ShardReply>> = Vec::with_capacity(requests.len());
         let mut rows = Vec::with_capacity(requests.len());
         for (i, (job_id, spec, key)) in requests.into_iter().enumerate() {
-            let schedule = match spec.validate(from_millis(now)) {
+            let schedule = match check_job(&spec, from_millis(now)) {
                 Ok(s) => s,
                 Err(fe) => {
                     replies.push(Some(invalid(fe)));
