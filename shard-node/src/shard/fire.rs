@@ -15,9 +15,8 @@ use tracing::{debug, warn};
 use uuid::Uuid;
 
 use super::{
-    compile,
     fair::tenant_tag,
-    plan, probe,
+    machine, plan, probe,
     store::{Applied, DueRow, FireOutcome, FireRequest, Fired, FollowUp, JobRow, StoreError},
     watchdog, Shard, ShardError,
 };
@@ -236,7 +235,7 @@ impl Shard {
                 self.track_at(*d, d.at);
                 continue;
             }
-            let schedule = match compile(job) {
+            let schedule = match machine::schedule_of(job) {
                 Ok(s) => s,
                 Err(e) => {
                     warn!(job_id = %job.id, error = %e, "stored schedule no longer compiles; job left unfired");

@@ -12,6 +12,7 @@ pub mod fair;
 mod fire;
 mod limits;
 mod load;
+pub mod machine;
 mod moves;
 mod ops;
 pub mod plan;
@@ -40,7 +41,7 @@ use chronoshard_wire::{
     from_millis, names,
     rpc::ShardRequest,
     settings::{Settings, VersionedSettings},
-    to_millis, Dur,
+    Dur,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -483,6 +484,14 @@ impl Shard {
         self.publish_wheel_len();
     }
 
+    /// Makes the wheel hold what the state machine says of a job.
+    fn follow_wheel(&mut self, job: &JobRow, wheel: machine::Wheel) {
+        match wheel {
+            machine::Wheel::Track(at) => self.track(Due::of(job, at)),
+            machine::Wheel::Untrack => self.untrack(job.id),
+        }
+    }
+
     /// Arms a retry or watchdog timer (not tied to a job's occurrence entry).
     fn arm(&mut self, at: i64, timer: Timer) {
         self.wheel.insert(at.max(0) as u64, timer);
@@ -524,20 +533,6 @@ fn start_checkpoints(store: Store, stop: CancellationToken) -> tokio::task::Join
             }
         }
     })
-}
-
-/// The evaluable schedule of a stored job, anchored when its schedule was set.
-pub(crate) fn compile(job: &JobRow) -> Result<Schedule, chronoshard_wire::job::FieldError> {
-    chronoshard_schedule::spec::compile(&job.spec.schedule, from_millis(job.anchor_at))
-}
-
-/// The first occurrence of a schedule that starts now: a one-shot in the past is due at once,
-/// recurring schedules start with their first occurrence at or after `now`.
-pub(crate) fn first_occurrence(schedule: &Schedule, now: i64) -> Option<i64> {
-    match schedule {
-        Schedule::At(t) => Some(to_millis(*t)),
-        _ => schedule.next_after(from_millis(now - 1)).map(to_millis),
-    }
 }
 
 /// The next `n` fire times starting with `first`.

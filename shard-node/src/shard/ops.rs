@@ -6,9 +6,7 @@ use tracing::info;
 use uuid::Uuid;
 
 use super::{
-    compile,
-    fire::Due,
-    first_occurrence,
+    machine,
     rpc::{conflict, not_found},
     store::{Fired, Replay},
     Shard, ShardError,
@@ -45,14 +43,8 @@ impl Shard {
         let mut jobs = self.store.active_jobs_of(tenant).await?;
         let mut moved = Vec::new();
         for job in &mut jobs {
-            if job.next_fire_at.is_some_and(|at| at < now) {
-                let Ok(schedule) = compile(job) else {
-                    continue;
-                };
-                job.next_fire_at = first_occurrence(&schedule, now);
-                if job.next_fire_at.is_none() {
-                    job.state = chronoshard_wire::JobState::Completed;
-                }
+            if let Some(resumed) = machine::tenant_resumed(job, now) {
+                *job = resumed;
                 moved.push(job.clone());
             }
         }
@@ -60,10 +52,7 @@ impl Shard {
             info!(tenant, moved = moved.len(), "tenant resumed");
             self.paused.remove(tenant);
             for job in &jobs {
-                match (job.state, job.next_fire_at) {
-                    (chronoshard_wire::JobState::Active, Some(at)) => self.track(Due::of(job, at)),
-                    _ => self.untrack(job.id),
-                }
+                self.follow_wheel(job, machine::wheel_of(job));
             }
         }
         self.tenant_reply(tenant, None).await

@@ -6,7 +6,6 @@ use std::sync::{
     Arc,
 };
 
-use chronoshard_schedule::spec::check_job;
 use chronoshard_wire::{
     from_millis,
     rpc::{RpcError, RpcErrorCode, ShardReply, ShardRequest},
@@ -22,9 +21,7 @@ use tracing::{warn, Instrument};
 use uuid::Uuid;
 
 use super::{
-    compile,
-    fire::Due,
-    first_occurrence,
+    machine,
     moves::{self, Leaving},
     served::Served,
     store::{reason, CreateOutcome, Fired, JobRow, Store, StoreError},
@@ -305,7 +302,7 @@ pub(crate) fn error_reply(e: &ShardError) -> ShardReply {
 /// A job as the API shows it.
 pub(crate) fn view(row: &JobRow, shard: u32) -> Job {
     let next = match row.state {
-        JobState::Active => compile(row)
+        JobState::Active => machine::schedule_of(row)
             .map(|s| upcoming(&s, row.next_fire_at, UPCOMING))
             .unwrap_or_default(),
         _ => Vec::new(),
@@ -358,75 +355,31 @@ impl Shard {
                 )))
             }
         };
-        let Some(mut job) = self.store.get_job(job_id).await? else {
+        let Some(job) = self.store.get_job(job_id).await? else {
             return Ok(not_found("job"));
         };
-        if job.state == JobState::Deleted {
-            return Ok(conflict("job is deleted"));
-        }
-        let withdraw = matches!(
-            req,
-            ShardRequest::DeleteJob { .. } | ShardRequest::PauseJob { .. }
-        );
-        match req {
-            ShardRequest::PatchJob { patch, .. } => {
-                let spec = patch.apply(&job.spec);
-                let schedule_changed = spec.schedule != job.spec.schedule;
-                if schedule_changed {
-                    job.anchor_at = now;
+        let request = match &req {
+            ShardRequest::TriggerJob { .. } => {
+                if job.state == JobState::Deleted {
+                    return Ok(conflict("job is deleted"));
                 }
-                job.spec = spec;
-                let schedule = match check_job(&job.spec, from_millis(job.anchor_at)) {
-                    Ok(s) => s,
-                    Err(fe) => return Ok(invalid(fe)),
-                };
-                // Occurrences already ticketed run as they are; only future ones are recomputed.
-                if schedule_changed && job.state != JobState::Paused {
-                    job.next_fire_at = first_occurrence(&schedule, now);
-                    job.state = if job.next_fire_at.is_some() {
-                        JobState::Active
-                    } else {
-                        JobState::Completed
-                    };
-                }
+                return self.trigger(&job, now).await;
             }
-            ShardRequest::DeleteJob { .. } => {
-                job.state = JobState::Deleted;
-                job.next_fire_at = None;
-            }
-            ShardRequest::PauseJob { .. } => match job.state {
-                // A one-shot fired ahead of its time is completed already, but a pause before
-                // its time still holds for it.
-                JobState::Completed if self.fired_ahead(job.id, now) => {
-                    job.state = JobState::Paused;
-                    job.next_fire_at = None;
-                }
-                JobState::Active => {
-                    job.state = JobState::Paused;
-                    job.next_fire_at = None;
-                }
-                JobState::Paused => {}
-                _ => return Ok(conflict("only an active job can be paused")),
+            ShardRequest::PatchJob { patch, .. } => machine::Request::Patch(patch),
+            ShardRequest::DeleteJob { .. } => machine::Request::Delete,
+            ShardRequest::PauseJob { .. } => machine::Request::Pause {
+                fired_ahead: self.fired_ahead(job.id, now),
             },
-            ShardRequest::ResumeJob { .. } => match job.state {
-                JobState::Paused => {
-                    // No catch-up for the paused time: start from the first occurrence after now.
-                    let schedule = compile(&job).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-                    job.next_fire_at = first_occurrence(&schedule, now);
-                    job.state = if job.next_fire_at.is_some() {
-                        JobState::Active
-                    } else {
-                        JobState::Completed
-                    };
-                }
-                JobState::Active => {}
-                _ => return Ok(conflict("only a paused job can be resumed")),
-            },
-            ShardRequest::TriggerJob { .. } => return self.trigger(&job, now).await,
+            ShardRequest::ResumeJob { .. } => machine::Request::Resume,
             _ => unreachable!("matched above"),
-        }
-        job.updated_at = now;
-        let unfire = if withdraw {
+        };
+        let (job, effects) = match machine::apply(&job, request, now) {
+            Ok(next) => next,
+            Err(machine::Refused::Invalid(fe)) => return Ok(invalid(fe)),
+            Err(machine::Refused::Corrupt(why)) => return Err(StoreError::Corrupt(why).into()),
+            Err(refused) => return Ok(conflict(&refused.to_string())),
+        };
+        let unfire = if effects.withdraw {
             self.withdraw_early(|id, _| *id == job.id)
         } else {
             Vec::new()
@@ -442,10 +395,7 @@ impl Shard {
                 return Err(e.into());
             }
         }
-        match job.next_fire_at {
-            Some(at) if job.state == JobState::Active => self.track(Due::of(&job, at)),
-            _ => self.untrack(job.id),
-        }
+        self.follow_wheel(&job, effects.wheel);
         Ok(ShardReply::Job {
             job: view(&job, shard),
             created: false,
@@ -496,28 +446,12 @@ impl Shard {
         let mut replies: Vec<Option<ShardReply>> = Vec::with_capacity(requests.len());
         let mut rows = Vec::with_capacity(requests.len());
         for (i, (job_id, spec, key)) in requests.into_iter().enumerate() {
-            let schedule = match check_job(&spec, from_millis(now)) {
-                Ok(s) => s,
+            let row = match machine::create(job_id, spec, now) {
+                Ok(row) => row,
                 Err(fe) => {
                     replies.push(Some(invalid(fe)));
                     continue;
                 }
-            };
-            let first = first_occurrence(&schedule, now);
-            let row = JobRow {
-                id: job_id,
-                tenant: spec.tenant.clone(),
-                spec,
-                state: if first.is_some() {
-                    JobState::Active
-                } else {
-                    JobState::Completed
-                },
-                created_at: now,
-                updated_at: now,
-                anchor_at: now,
-                next_fire_at: first,
-                buffered_at: None,
             };
             if let Some(refused) = self.over_limit(&row, key.as_deref(), now).await {
                 replies.push(Some(refused));
@@ -540,9 +474,7 @@ impl Shard {
                 replies[*i] = Some(match outcome {
                     CreateOutcome::Created => {
                         self.metrics.jobs_created.inc();
-                        if let Some(at) = row.next_fire_at {
-                            self.track(Due::of(row, at));
-                        }
+                        self.follow_wheel(row, machine::wheel_of(row));
                         ShardReply::Job {
                             job: view(row, self.ctx.shard),
                             created: true,
