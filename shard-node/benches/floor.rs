@@ -27,7 +27,13 @@
 //! (`finish_task_switch`, `_raw_spin_unlock_irqrestore`) on the VM of BENCHMARKS.md. So small
 //! batches measure the hand-offs as much as SQLite; both are what a small transaction costs.
 //!
-//! Environment (defaults in brackets): `FLOOR_BENCH_JOBS` [30000], `FLOOR_BENCH_BATCH` [128].
+//! `FLOOR_BENCH_DRIVER=rusqlite` runs the same statements through rusqlite on a thread of the
+//! bench's own instead, the batch handed over once and answered once (what a shard owning its
+//! SQLite connection on a thread would do): the difference between the two drivers is what the
+//! hand-offs per statement cost, since the SQL, the schema and the SQLite library are the same.
+//!
+//! Environment (defaults in brackets): `FLOOR_BENCH_JOBS` [30000], `FLOOR_BENCH_BATCH` [128],
+//! `FLOOR_BENCH_DRIVER` [sqlx].
 //! The WAL is checkpointed by SQLite's own threshold here (the shard node checkpoints from a
 //! connection of its own), so checkpoints count in the figures as they do in a node's CPU.
 
@@ -92,18 +98,20 @@ async fn run() -> Res<()> {
         .step_by(batch)
         .map(|lo| (lo, (lo + batch).min(jobs)))
         .collect();
+    if std::env::var("FLOOR_BENCH_DRIVER").as_deref() == Ok("rusqlite") {
+        pool.close().await;
+        return owned_thread::run(&dir.path().join("shard-0.db"), &batches, jobs).await;
+    }
+    println!("  driver  sqlx (one hand-off per statement)");
     let mut total = 0.0;
     let mut conn = pool.acquire().await?;
-    for (step, statements) in [("fire", FIRE), ("ack", ACK), ("result", RESULT)] {
+    for (step, statements) in STEPS {
         let (cpu0, wall) = (cpu_seconds()?, Instant::now());
         for (lo, hi) in &batches {
             // As the store opens a write transaction: the write lock, then the epoch check
             // (which writes nothing while the epoch is the owner's).
             conn.execute("BEGIN IMMEDIATE").await?;
-            conn.execute(
-                "UPDATE OR ROLLBACK shard_meta SET epoch = NULL WHERE id = 1 AND epoch IS NOT 1",
-            )
-            .await?;
+            conn.execute(EPOCH_CHECK).await?;
             for sql in statements {
                 sqlx::query(sql)
                     .bind(*lo as i64)
@@ -113,23 +121,86 @@ async fn run() -> Res<()> {
             }
             conn.execute("COMMIT").await?;
         }
-        let cpu = cpu_seconds()? - cpu0;
-        total += cpu;
-        println!(
-            "  {step:<7} {:6.1} µs CPU per job ({:.2} s CPU, {:.2} s wall)",
-            cpu * 1e6 / jobs as f64,
-            cpu,
-            wall.elapsed().as_secs_f64()
-        );
+        total += report(step, cpu0, wall, jobs)?;
     }
     println!("  all     {:6.1} µs CPU per job", total * 1e6 / jobs as f64);
     let done: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM runs WHERE status = 'succeeded'")
         .fetch_one(&mut *conn)
         .await?;
+    check_done(done, jobs)
+}
+
+/// Prints one step's CPU per job and returns its CPU seconds.
+fn report(step: &str, cpu0: f64, wall: Instant, jobs: usize) -> Res<f64> {
+    let cpu = cpu_seconds()? - cpu0;
+    println!(
+        "  {step:<7} {:6.1} µs CPU per job ({:.2} s CPU, {:.2} s wall)",
+        cpu * 1e6 / jobs as f64,
+        cpu,
+        wall.elapsed().as_secs_f64()
+    );
+    Ok(cpu)
+}
+
+fn check_done(done: i64, jobs: usize) -> Res<()> {
     if done != jobs as i64 {
         return Err(format!("{done} of {jobs} runs succeeded").into());
     }
     Ok(())
+}
+
+/// The batches through rusqlite on a thread that owns the connection: one hand-off there and one
+/// answer back per batch.
+mod owned_thread {
+    use std::{path::Path, sync::mpsc, time::Instant};
+
+    use super::{check_done, cpu_seconds, report, Res, EPOCH_CHECK, STEPS};
+
+    type Batch = (usize, usize, usize, tokio::sync::oneshot::Sender<Res<()>>);
+
+    pub async fn run(path: &Path, batches: &[(usize, usize)], jobs: usize) -> Res<()> {
+        println!("  driver  rusqlite on an owned thread (one hand-off per batch)");
+        let conn = rusqlite::Connection::open(path)?;
+        conn.execute_batch("PRAGMA synchronous = NORMAL")?;
+        let (tx, rx) = mpsc::channel::<Batch>();
+        let thread = std::thread::spawn(move || serve(&conn, rx).map(|()| conn));
+        let mut total = 0.0;
+        for (i, (step, _)) in STEPS.iter().enumerate() {
+            let (cpu0, wall) = (cpu_seconds()?, Instant::now());
+            for (lo, hi) in batches {
+                let (done, answer) = tokio::sync::oneshot::channel();
+                tx.send((i, *lo, *hi, done))?;
+                answer.await??;
+            }
+            total += report(step, cpu0, wall, jobs)?;
+        }
+        println!("  all     {:6.1} µs CPU per job", total * 1e6 / jobs as f64);
+        drop(tx);
+        let conn = thread.join().map_err(|_| "the SQLite thread panicked")??;
+        let done: i64 = conn.query_row(
+            "SELECT COUNT(*) FROM runs WHERE status = 'succeeded'",
+            [],
+            |r| r.get(0),
+        )?;
+        check_done(done, jobs)
+    }
+
+    /// Runs each batch it is handed as one transaction, as the store does.
+    fn serve(conn: &rusqlite::Connection, batches: mpsc::Receiver<Batch>) -> Res<()> {
+        for (step, lo, hi, done) in batches {
+            let run = || -> Res<()> {
+                conn.execute_batch("BEGIN IMMEDIATE")?;
+                conn.prepare_cached(EPOCH_CHECK)?.execute([])?;
+                for sql in STEPS[step].1 {
+                    conn.prepare_cached(sql)?.execute([lo as i64, hi as i64])?;
+                }
+                conn.execute_batch("COMMIT")?;
+                Ok(())
+            };
+            let _ = done.send(run());
+        }
+        Ok(())
+    }
 }
 
 /// The jobs, due at one instant, and the ids the batches take.
@@ -179,6 +250,12 @@ const FIRE: &[&str] = &[
     "INSERT INTO attempts (ticket_id, attempt, status, created_at, not_before) \
      SELECT ticket, 1, 'dispatched', 2, NULL FROM bench_ids WHERE n >= ?1 AND n < ?2",
 ];
+
+/// As the store opens a write transaction: writes nothing while the epoch is the owner's.
+const EPOCH_CHECK: &str =
+    "UPDATE OR ROLLBACK shard_meta SET epoch = NULL WHERE id = 1 AND epoch IS NOT 1";
+
+const STEPS: [(&str, &[&str]); 3] = [("fire", FIRE), ("ack", ACK), ("result", RESULT)];
 
 const ACK: &[&str] = &["UPDATE attempts SET published_at = 3, publish_seq = 7 \
      WHERE attempt = 1 AND ticket_id IN (SELECT ticket FROM bench_ids WHERE n >= ?1 AND n < ?2)"];
