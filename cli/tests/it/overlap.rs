@@ -141,3 +141,65 @@ async fn an_sdk_handler_is_told_to_stop_and_its_worker_answers_probes() {
     .unwrap();
     p.stop().await.unwrap();
 }
+
+/// Replaced runs whose tickets wait in the stream (no worker serves the queue yet) are taken
+/// back from it: a worker that comes later runs only the run that replaced them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replaced_tickets_still_queued_are_taken_back_from_the_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = platform(dir.path()).await;
+    let api = Api::new(&p);
+    let job = api
+        .create(
+            &json!({"tenant": "acme", "name": "queued", "schedule": {"every": "1s"},
+            "target": {"type": "queue", "queue": "later"}, "overlap": "replace"}),
+        )
+        .await;
+    // Two runs replaced while their tickets were published and waiting.
+    let replaced: Vec<Value> = wait_for("two replaced runs", LONG, || async {
+        let runs: Vec<Value> = api
+            .past_runs(&job)
+            .await
+            .into_iter()
+            .filter(|r| r["status"] == "cancelled")
+            .collect();
+        (runs.len() >= 2).then_some(runs)
+    })
+    .await
+    .unwrap();
+    let (status, body) = api.post(&format!("/v1/jobs/{job}/pause"), &json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let mut taken_back = Vec::new();
+    for run in &replaced {
+        let id = run["ticket_ids"][0].as_str().unwrap();
+        let (_, t) = api.get(&format!("/v1/tickets/{id}")).await;
+        assert!(t["attempts"][0]["published_at"].is_string(), "{t}");
+        taken_back.push(id.to_string());
+    }
+    // What the stream still holds for the queue: only runs that were not replaced.
+    let client = async_nats::connect(&p.nats_url).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    let stream = js.get_stream(names::DISPATCH_STREAM).await.unwrap();
+    let queued = wait_for("the replaced tickets to leave the stream", LONG, || async {
+        let mut stream = stream.clone();
+        let waiting = stream.info().await.ok()?.state.messages;
+        let live: u64 = api
+            .past_runs(&job)
+            .await
+            .iter()
+            .filter(|r| r["status"] == "dispatched")
+            .count() as u64;
+        (waiting == live).then_some(waiting)
+    })
+    .await
+    .unwrap();
+    let mut hand = crate::common::worker::HandWorker::start(&p.nats_url, "later").await;
+    for _ in 0..queued {
+        let t = hand.next_ticket(LONG).await;
+        assert!(
+            !taken_back.contains(&t.ticket_id.to_string()),
+            "a replaced ticket was delivered: {t:?}"
+        );
+    }
+    p.stop().await.unwrap();
+}

@@ -15,6 +15,7 @@ use tracing::{debug, warn};
 use uuid::Uuid;
 
 use super::{
+    cancel,
     fair::tenant_tag,
     machine, plan, probe,
     store::{Applied, DueRow, FireOutcome, FireRequest, Fired, FollowUp, JobRow, StoreError},
@@ -384,9 +385,9 @@ impl Shard {
         self.metrics.fires.inc_by(fired);
         self.count_tenant(&tenants::TENANT_FIRES_TOTAL, tenant, fired);
         self.metrics.replaced.inc_by(out.replaced);
-        for (ticket, attempt, worker) in &out.cancel {
-            let client = self.ctx.cluster.client.clone();
-            probe::cancel(client, worker.clone(), *ticket, *attempt);
+        for c in &out.cancel {
+            let cluster = &self.ctx.cluster;
+            cancel::stop(cluster.client.clone(), cluster.js.clone(), c.clone());
         }
     }
 

@@ -7,6 +7,7 @@
 //! dispatcher. The wheel also holds the retry timers (a failed attempt's backoff) and the
 //! watchdog's checks of started attempts; `fire.rs` handles all three when they fall due.
 
+mod cancel;
 mod dispatcher;
 pub mod fair;
 mod fire;

@@ -1,8 +1,8 @@
-//! The shard's requests to the worker that started an attempt
-//! (`chronoshard.workers.<id>.attempts`): the watchdog's probe and overlap `replace`'s cancel.
-//! Each runs in a task of its own so a slow or absent worker never holds the shard loop; a
-//! probe's answer goes back to the loop as a command, which judges it (`watchdog::after_probe`).
-//! This module must not read or write the store.
+//! The watchdog's probe: a request to the worker that started a silent attempt
+//! (`chronoshard.workers.<id>.attempts`), in a task of its own so a slow or absent worker never
+//! holds the shard loop; the answer goes back to the loop as a command, which judges it
+//! (`watchdog::after_probe`). `ask` serves `cancel` too. This module must not read or write the
+//! store.
 
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use chronoshard_wire::{
     rpc::{AttemptReply, AttemptRequest, AttemptState},
 };
 use tokio::sync::mpsc;
-use tracing::{debug, warn};
+use tracing::debug;
 use uuid::Uuid;
 
 use super::{watchdog, Command};
@@ -58,29 +58,9 @@ pub(crate) fn probe(
     });
 }
 
-/// Tells `worker` to stop a replaced attempt. The attempt is already recorded as cancelled; a
-/// worker that does not answer has nothing to stop, or finds its result ignored.
-pub(crate) fn cancel(client: async_nats::Client, worker: String, ticket: Uuid, attempt: u32) {
-    tokio::spawn(async move {
-        let req = AttemptRequest::Cancel {
-            ticket_id: ticket,
-            attempt,
-            reason: "replaced by a newer occurrence".into(),
-        };
-        match ask(&client, &worker, &req).await {
-            Some(state) => {
-                debug!(ticket_id = %ticket, attempt, %worker, ?state, "replaced attempt cancelled")
-            }
-            None => {
-                warn!(ticket_id = %ticket, attempt, %worker, "the worker of a replaced attempt did not answer its cancel")
-            }
-        }
-    });
-}
-
 /// One request with the probe's deadline; `None` for no answer, no responder or a reply that
 /// cannot be read.
-async fn ask(
+pub(super) async fn ask(
     client: &async_nats::Client,
     worker: &str,
     req: &AttemptRequest,

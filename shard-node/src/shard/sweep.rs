@@ -285,17 +285,9 @@ impl Sweep {
         }
         let stream = self.stream.as_ref().expect("set above");
         match stream.get_raw_message(seq).await {
-            // A recreated stream numbers from 1 again: the sequence may hold another ticket.
-            Ok(m) => {
-                let header = |name| m.headers.get(name).map(|v| v.as_str().to_string());
-                if header(names::HDR_TICKET_ID) == Some(u.ticket.to_string())
-                    && header(names::HDR_ATTEMPT) == Some(u.attempt.to_string())
-                {
-                    Presence::Held
-                } else {
-                    Presence::Gone
-                }
-            }
+            Ok(m) if super::dispatcher::carries(&m.headers, u.ticket, u.attempt) => Presence::Held,
+            // The sequence holds another ticket (a recreated stream).
+            Ok(_) => Presence::Gone,
             Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => Presence::Gone,
             Err(_) => Presence::Unknown,
         }

@@ -611,6 +611,15 @@ async fn wait_ack(ack: PublishAckFuture) -> Result<u64, String> {
     ack.await.map(|a| a.sequence).map_err(|e| e.to_string())
 }
 
+/// Whether a message the dispatch stream holds is this attempt's ticket, by the headers the
+/// dispatcher set on it: a recreated stream numbers from 1 again, so a sequence alone does not
+/// say.
+pub(crate) fn carries(headers: &async_nats::HeaderMap, ticket: Uuid, attempt: u32) -> bool {
+    let header = |name| headers.get(name).map(|v| v.as_str().to_string());
+    header(names::HDR_TICKET_ID) == Some(ticket.to_string())
+        && header(names::HDR_ATTEMPT) == Some(attempt.to_string())
+}
+
 /// JetStream drops a publish whose id it has seen within its duplicate window: a retried publish
 /// keeps the id, a resend of a lost ticket gets a new one (the window may still hold the old).
 fn msg_id(o: &Outgoing) -> String {

@@ -33,7 +33,7 @@ pub use jobs::{CreateOutcome, DueRow, JobRow};
 pub use moves::{Cell, ExportCursor, Imported, KeyMove, MovePage, MovedTable, PAGE_OVERHEAD};
 pub use outbox::{Acked, Outgoing, Unstarted};
 pub use results::{Applied, FollowUp, OpenAttempt, Replay};
-pub use tickets::{reason, FireOutcome, FireRequest, Fired, NotFiredRow};
+pub use tickets::{reason, Cancelled, FireOutcome, FireRequest, Fired, NotFiredRow};
 pub use views::run_status;
 
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");

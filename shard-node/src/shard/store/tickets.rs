@@ -66,8 +66,20 @@ pub struct FireOutcome {
     pub occurrences: Vec<(i64, Fired)>,
     /// Active runs ended as `cancelled` by `overlap: replace`.
     pub replaced: u64,
-    /// Their attempts a worker had started: (ticket, attempt, worker), whom to tell to stop.
-    pub cancel: Vec<(Uuid, u32, String)>,
+    /// Their open attempts, to be stopped where they are.
+    pub cancel: Vec<Cancelled>,
+}
+
+/// An open attempt ended by `overlap: replace`, and where its execution may be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cancelled {
+    pub ticket: Uuid,
+    pub attempt: u32,
+    /// The worker that reported its start: it is told to stop.
+    pub worker: Option<String>,
+    /// Not started and published: its message's sequence in the dispatch stream, where it is
+    /// taken back from.
+    pub publish_seq: Option<u64>,
 }
 
 pub(super) fn ticket_json(t: &Ticket) -> Result<String> {
@@ -371,13 +383,13 @@ async fn skip(tx: &mut Tx, id: &str, at: i64, why: &'static str, now: i64) -> Re
 }
 
 /// Ends an active run as `cancelled` (overlap `replace`): its open attempts are finished, so a
-/// late result of the replaced execution changes nothing. Returns the attempts a worker had
-/// started, for the shard to tell that worker to stop.
-async fn replace_run(tx: &mut Tx, id: &str, at: i64, now: i64) -> Result<Vec<(Uuid, u32, String)>> {
-    let started = sqlx::query(
-        "SELECT a.ticket_id, a.attempt, a.worker FROM attempts a JOIN tickets t ON t.id = a.ticket_id \
-         WHERE t.job_id = $1 AND t.scheduled_at = $2 AND a.finished_at IS NULL \
-         AND a.started_at IS NOT NULL AND a.worker IS NOT NULL",
+/// late result of the replaced execution changes nothing. Returns those attempts, for the shard
+/// to stop them where they are (a worker running one, a message waiting in the stream).
+async fn replace_run(tx: &mut Tx, id: &str, at: i64, now: i64) -> Result<Vec<Cancelled>> {
+    let open = sqlx::query(
+        "SELECT a.ticket_id, a.attempt, a.started_at, a.worker, a.publish_seq FROM attempts a \
+         JOIN tickets t ON t.id = a.ticket_id \
+         WHERE t.job_id = $1 AND t.scheduled_at = $2 AND a.finished_at IS NULL",
     )
     .bind(id)
     .bind(at)
@@ -385,8 +397,14 @@ async fn replace_run(tx: &mut Tx, id: &str, at: i64, now: i64) -> Result<Vec<(Uu
     .await?
     .iter()
     .map(|r| {
-        let ticket = super::parse_uuid(&r.try_get::<String, _>("ticket_id")?)?;
-        Ok((ticket, r.try_get::<i64, _>("attempt")? as u32, r.try_get("worker")?))
+        let started = r.try_get::<Option<i64>, _>("started_at")?.is_some();
+        let seq = r.try_get::<Option<i64>, _>("publish_seq")?;
+        Ok(Cancelled {
+            ticket: super::parse_uuid(&r.try_get::<String, _>("ticket_id")?)?,
+            attempt: r.try_get::<i64, _>("attempt")? as u32,
+            worker: if started { r.try_get("worker")? } else { None },
+            publish_seq: seq.filter(|_| !started).map(|s| s as u64),
+        })
     })
     .collect::<Result<Vec<_>>>()?;
     sqlx::query(
@@ -417,7 +435,7 @@ async fn replace_run(tx: &mut Tx, id: &str, at: i64, now: i64) -> Result<Vec<(Uu
     .bind(at)
     .execute(&mut **tx)
     .await?;
-    Ok(started)
+    Ok(open)
 }
 
 /// Takes back tickets written ahead of their time and never published, as if their occurrence

@@ -331,17 +331,34 @@ async fn overlap_replace_cancels_the_active_run_and_ignores_its_late_result(db: 
     let mut j = with_retry(job("t", 1000), 3, Backoff::Fixed);
     j.spec.overlap = Overlap::Replace;
     s.create_job(&j, None).await.unwrap();
-    // not started yet: no worker to tell
+    // published, not started yet: taken back from the stream by its sequence
     let unstarted = fired(&s, &j, 500).await;
+    s.mark_published(&[acked(unstarted.ticket_id, 1)], 600)
+        .await
+        .unwrap();
     let out = fire_at(&s, &j, 1000).await;
-    assert_eq!((out.replaced, out.cancel.len()), (1, 0));
+    let cancelled = |ticket, worker: Option<&str>, publish_seq| Cancelled {
+        ticket,
+        attempt: 1,
+        worker: worker.map(str::to_string),
+        publish_seq,
+    };
+    assert_eq!(out.replaced, 1);
+    assert_eq!(
+        out.cancel,
+        vec![cancelled(unstarted.ticket_id, None, Some(1000))]
+    );
+    // started: its worker is told to stop
     let old = out.tickets[0].clone();
+    s.mark_published(&[acked(old.ticket_id, 1)], 1050)
+        .await
+        .unwrap();
     s.apply_results(&[report(&old, 1, ResultKind::Started, 1100)], 1100)
         .await
         .unwrap();
     let out = fire_at(&s, &j, 2000).await;
     assert_eq!((out.tickets.len(), out.replaced), (1, 1));
-    assert_eq!(out.cancel, vec![(old.ticket_id, 1, "w".to_string())]);
+    assert_eq!(out.cancel, vec![cancelled(old.ticket_id, Some("w"), None)]);
     for (at, t) in [(500, &unstarted), (1000, &old)] {
         let run = run_at(&s, &j, at).await;
         assert_eq!(run.status, RunStatus::Cancelled);
