@@ -229,15 +229,23 @@ class Outcome:
 
 
 async def run_with_timeout(job: Job) -> Outcome:
-    """Run the handler under the ticket's `timeout_ms`."""
+    """Run the handler under the ticket's `timeout_ms`, where a shard's cancel can stop it
+    ("Questions about an attempt")."""
     ms = job.ticket.timeout_ms
     timeout = ms / 1000 if ms and ms > 0 else None
+    key = (job.ticket.ticket_id, job.ticket.attempt)
     task = asyncio.ensure_future(handle(job))
-    done, _ = await asyncio.wait({task}, timeout=timeout)
+    RUNNING[key] = task
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    finally:
+        RUNNING.pop(key, None)
     if not done:  # "Report `failed` with an error starting `timed out` when `timeout_ms` passes"
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         return Outcome(error=f"timed out after {ms} ms")
+    if task.cancelled():  # the shard cancelled it: its run was replaced (overlap `replace`)
+        return Outcome(error="cancelled: replaced by a newer occurrence")
     exc = task.exception()
     if exc is None:
         output = task.result()
@@ -245,6 +253,34 @@ async def run_with_timeout(job: Job) -> Outcome:
     # "Reporting": keep `error` short (it is shown in run lists).
     return Outcome(error=(str(exc) or type(exc).__name__)[:MAX_ERROR],
                    permanent=isinstance(exc, PermanentFailure))
+
+
+# --- "Questions about an attempt": the watchdog's probe and overlap `replace`'s cancel ----------
+RUNNING: dict = {}  # (ticket_id, attempt) -> the task running its handler
+
+
+def attempts_subject(worker_id: str) -> str:
+    return f"chronoshard.workers.{worker_id}.attempts"
+
+
+async def answer_attempt_requests(nc, worker_id: str):
+    """Answer `probe` with whether the attempt runs here; on `cancel` stop its handler first.
+    (This worker reports an attempt before it forgets it, so it never answers `finished`.)"""
+    async def on_request(msg):
+        try:
+            req = json.loads(msg.data)
+            key = (str(req["ticket_id"]), int(req["attempt"]))
+        except (ValueError, KeyError, TypeError):
+            log.warning("unreadable attempt request ignored")
+            return
+        task = RUNNING.get(key)
+        if req.get("op") == "cancel" and task is not None:
+            log.info("%s#%d cancelled by its shard: %s", key[0], key[1], req.get("reason"))
+            task.cancel()
+        state = "running" if task is not None else "unknown"
+        await msg.respond(json.dumps({"worker_id": worker_id, "state": state}).encode())
+
+    return await nc.subscribe(attempts_subject(worker_id), cb=on_request)
 
 
 # --- "Reporting" -------------------------------------------------------------------------------
@@ -502,6 +538,7 @@ async def main(args) -> int:
     ack_wait = info.config.ack_wait or DEFAULT_ACK_WAIT_S
     psub = await js.pull_subscribe_bind(durable=info.name, stream=DISPATCH_STREAM)
     reporter = Reporter(nc, js, args.worker_id)
+    questions = await answer_attempt_requests(nc, args.worker_id)
     # "Reporting": progress every ack_wait / 3 (the consumer's actual ack_wait), and never less
     # often than every 20 s (the watchdog looks for a sign of life in the last 60 s).
     beat_s = min(ack_wait / 3, 20.0)
@@ -547,6 +584,7 @@ async def main(args) -> int:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
     await psub.unsubscribe()
+    await questions.unsubscribe()
     await nc.drain()
     log.info("stopped")
     return 0

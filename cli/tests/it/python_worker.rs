@@ -323,3 +323,53 @@ async fn the_python_example_worker_follows_the_protocol() {
     assert_eq!(next.exited().await, Some(0), "{}", next.log());
     p.stop().await.unwrap();
 }
+
+/// The example answers a shard's questions about its attempts: `running` while it runs one,
+/// and a replaced run's handler is stopped (overlap `replace`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_python_example_worker_answers_probes_and_stops_a_replaced_run() {
+    require_python_with_nats();
+    let dir = tempfile::tempdir().unwrap();
+    let p = platform_with(dir.path(), |o| o.workers = 0).await;
+    let api = Api::new(&p);
+    let mut w = PythonWorker::start(&p, dir.path(), "py", "py-1", &[]);
+    let job = api
+        .create(
+            &json!({"tenant": "acme", "name": "py-replaced", "schedule": {"every": "3s"},
+            "target": {"type": "queue", "queue": "py"}, "payload": {"sleep_ms": 600000},
+            "overlap": "replace", "timeout": "900s"}),
+        )
+        .await;
+    let first = ticket_of_run(&api, &w, &job, "running").await;
+    let ticket_id = first["ticket_id"].as_str().unwrap().to_string();
+    let client = async_nats::connect(&p.nats_url).await.unwrap();
+    let ask = |op: &str| {
+        let body = json!({"op": op, "ticket_id": ticket_id, "attempt": 1}).to_string();
+        let client = client.clone();
+        async move {
+            let msg = client
+                .request(names::worker_attempts_subject("py-1"), body.into())
+                .await
+                .expect("the python worker answers");
+            let reply: Value = serde_json::from_slice(&msg.payload).unwrap();
+            assert_eq!(reply["worker_id"], "py-1", "{reply}");
+            reply["state"].as_str().unwrap().to_string()
+        }
+    };
+    assert_eq!(ask("probe").await, "running", "{}", w.log());
+    // The next occurrence replaces the run: the handler is stopped, long before its ten minutes.
+    let cancelled = crate::overlap::first_run_cancelled(&api, &job, "py-1").await;
+    assert_eq!(cancelled["ticket_id"], ticket_id.as_str());
+    wait_for("the replaced handler to stop", LONG, || async {
+        (ask("probe").await == "unknown").then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}{}", w.log()));
+    let (status, body) = api.post(&format!("/v1/jobs/{job}/pause"), &json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let log = w.log();
+    assert!(log.contains("cancelled by its shard"), "{log}");
+    w.signal(Signal::SIGTERM);
+    assert_eq!(w.exited().await, Some(0), "{}", w.log());
+    p.stop().await.unwrap();
+}
