@@ -14,6 +14,7 @@
 
 mod bulk;
 mod jobs;
+mod migrations;
 mod moves;
 mod one_trip;
 mod outbox;
@@ -36,8 +37,7 @@ pub use results::{Applied, FollowUp, OpenAttempt, Replay};
 pub use tickets::{reason, Cancelled, FireOutcome, FireRequest, Fired, NotFiredRow};
 pub use views::run_status;
 
-static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
-static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+use migrations::{POSTGRES_MIGRATOR, SQLITE_MIGRATOR};
 
 /// SQLite migrations whose comments were reworded after databases had applied them: (version,
 /// SHA-384 of the text they applied). sqlx refuses a database whose applied text differs from

@@ -1,4 +1,0 @@
-//! `sqlx::migrate!` embeds the migration files at compile time; a new file must rebuild the crate.
-fn main() {
-    println!("cargo:rerun-if-changed=../migrations");
-}
