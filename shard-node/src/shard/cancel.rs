@@ -9,7 +9,10 @@ use async_nats::jetstream::{self, stream::RawMessageErrorKind};
 use chronoshard_wire::{names, rpc::AttemptRequest};
 use tracing::{debug, warn};
 
-use super::{dispatcher, probe, store::Cancelled};
+use super::{
+    dispatcher, probe,
+    store::{reason, Cancelled},
+};
 
 /// Stops one cancelled attempt where it is.
 pub(crate) fn stop(client: async_nats::Client, js: jetstream::Context, c: Cancelled) {
@@ -27,7 +30,7 @@ async fn tell_worker(client: &async_nats::Client, worker: &str, c: &Cancelled) {
     let req = AttemptRequest::Cancel {
         ticket_id: c.ticket,
         attempt: c.attempt,
-        reason: "replaced by a newer occurrence".into(),
+        reason: reason::REPLACED.into(),
     };
     match probe::ask(client, worker, &req).await {
         Some(state) => {

@@ -77,11 +77,17 @@ pub fn create(id: Uuid, spec: JobSpec, now: i64) -> Result<JobRow, FieldError> {
     Ok(row)
 }
 
+/// Whether the job still takes requests (this module's and a trigger): a deleted one takes none.
+pub fn live(job: &JobRow) -> Result<(), Refused> {
+    match job.state {
+        JobState::Deleted => Err(Refused::Deleted),
+        _ => Ok(()),
+    }
+}
+
 /// The job after `req` at `now`, and what the shard does about it.
 pub fn apply(job: &JobRow, req: Request<'_>, now: i64) -> Result<(JobRow, Effects), Refused> {
-    if job.state == JobState::Deleted {
-        return Err(Refused::Deleted);
-    }
+    live(job)?;
     let mut job = job.clone();
     match req {
         Request::Patch(patch) => {

@@ -360,8 +360,8 @@ impl Shard {
         };
         let request = match &req {
             ShardRequest::TriggerJob { .. } => {
-                if job.state == JobState::Deleted {
-                    return Ok(conflict("job is deleted"));
+                if let Err(refused) = machine::live(&job) {
+                    return Ok(conflict(&refused.to_string()));
                 }
                 return self.trigger(&job, now).await;
             }
