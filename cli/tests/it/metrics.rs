@@ -41,6 +41,7 @@ const MOVED: &[(&str, &str)] = &[
     ("chronoshard_fire_lateness_seconds_count", ""),
     ("chronoshard_fire_send_lateness_seconds_count", ""),
     ("chronoshard_tickets_published_total", ""),
+    ("chronoshard_results_applied_total", r#"kind="started""#),
     ("chronoshard_results_applied_total", r#"kind="succeeded""#),
     ("chronoshard_results_applied_total", r#"kind="failed""#),
     ("chronoshard_retries_total", ""),
@@ -97,13 +98,22 @@ async fn the_platforms_metrics_move_with_their_events() {
         )
         .await;
     // Runs of 3 s every second: the next occurrence is skipped, or replaces the running one.
+    let mut recurring = vec![fine.clone()];
     for overlap in ["forbid", "replace"] {
-        api.create(
-            &json!({"tenant": "acme", "name": overlap, "schedule": {"every": "1s"},
-                           "target": http(&slow), "overlap": overlap}),
-        )
-        .await;
+        recurring.push(
+            api.create(
+                &json!({"tenant": "acme", "name": overlap, "schedule": {"every": "1s"},
+                               "target": http(&slow), "overlap": overlap}),
+            )
+            .await,
+        );
     }
+    // A slow run is open for seconds: the count of open attempts shows it.
+    wait_for("open attempts to be counted", LONG, || async {
+        (api.metric_sum("chronoshard_attempts_open").await >= 1.0).then_some(())
+    })
+    .await
+    .unwrap();
     api.newest_run_succeeded(&fine).await;
     wait_for("the failing job's dead letter", LONG, || async {
         let (_, dead) = api.get("/v1/dlq?tenant=acme").await;
@@ -162,9 +172,10 @@ async fn the_platforms_metrics_move_with_their_events() {
     assert_eq!(sum(&after, "chronoshard_shards_open", ""), 8.0);
     assert_eq!(sum(&after, "chronoshard_shards_unowned", ""), 0.0);
     assert!(
-        sum(&after, "chronoshard_wheel_entries", "") >= 1.0,
-        "the every-1s job"
+        sum(&after, "chronoshard_wheel_entries", "") >= 3.0,
+        "the every-1s jobs"
     );
+    assert!(sum(&after, "chronoshard_node_cpu_cores", "") > 0.0);
     // A shard's pool has a connection open once it has run anything.
     assert!(sum(&after, "chronoshard_db_connections", "") >= 1.0);
     for gauge in [
@@ -186,6 +197,35 @@ async fn the_platforms_metrics_move_with_their_events() {
         .collect();
     assert_eq!(ages.len(), 2, "both nodes");
     assert!(ages.iter().all(|a| *a < 5.0), "{ages:?}");
+
+    // The recurring jobs deleted, the wheel holds what it held before them, and once the last
+    // slow run ends no attempt is open.
+    for job in &recurring {
+        let (status, _, body) = api
+            .send(reqwest::Method::DELETE, &format!("/v1/jobs/{job}"), None)
+            .await;
+        assert_eq!(status, 204, "{body}");
+    }
+    let wheel_before = sum(&before, "chronoshard_wheel_entries", "");
+    let emptied = wait_for("the wheel and the open attempts to empty", LONG, || async {
+        let now = samples(&api).await;
+        (sum(&now, "chronoshard_wheel_entries", "") == wheel_before
+            && sum(&now, "chronoshard_attempts_open", "") == 0.0)
+            .then_some(())
+    })
+    .await;
+    if let Err(e) = emptied {
+        let now = samples(&api).await;
+        let gauges: Vec<_> = now
+            .iter()
+            .filter(|(s, v)| {
+                (s.starts_with("chronoshard_wheel_entries")
+                    || s.starts_with("chronoshard_attempts_open"))
+                    && **v != 0.0
+            })
+            .collect();
+        panic!("{e}: wheel before {wheel_before}, now {gauges:?}");
+    }
     p.stop().await.unwrap();
 }
 

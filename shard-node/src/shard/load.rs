@@ -7,6 +7,7 @@
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use chronoshard_telemetry::metrics;
+use prometheus::IntGauge;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -22,8 +23,7 @@ pub(super) fn start(store: Store, served: Arc<Served>, stop: CancellationToken) 
     let shard = store.shard().to_string();
     let open = metrics::ATTEMPTS_OPEN_GAUGE.with_label_values(&[&shard]);
     let unserved = metrics::TICKETS_UNSERVED_GAUGE.with_label_values(&[&shard]);
-    let used = metrics::DB_CONNECTIONS_GAUGE.with_label_values(&[&shard, "used"]);
-    let idle = metrics::DB_CONNECTIONS_GAUGE.with_label_values(&[&shard, "idle"]);
+    let connections = Connections::of(&shard);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(COUNT_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -34,9 +34,7 @@ pub(super) fn start(store: Store, served: Arc<Served>, stop: CancellationToken) 
                 _ = stop.cancelled() => break,
                 _ = tick.tick() => {}
             }
-            let (in_use, free) = store.connections();
-            used.set(in_use.into());
-            idle.set(free.into());
+            connections.sample(&store);
             let by_queue = match store.open_attempts_by_queue().await {
                 Ok(counts) => counts,
                 // A closed or fenced store: the shard is stopping, and says why itself.
@@ -63,8 +61,68 @@ pub(super) fn start(store: Store, served: Arc<Served>, stop: CancellationToken) 
             warned = now_unserved;
             unserved.set(waiting);
         }
-        for gauge in [&open, &unserved, &used, &idle] {
+        for gauge in [&open, &unserved, &connections.used, &connections.idle] {
             gauge.set(0);
         }
     })
+}
+
+/// The gauges of a shard's database connections.
+struct Connections {
+    used: IntGauge,
+    idle: IntGauge,
+}
+
+impl Connections {
+    fn of(shard: &str) -> Connections {
+        let gauge = |state| metrics::DB_CONNECTIONS_GAUGE.with_label_values(&[shard, state]);
+        Connections {
+            used: gauge("used"),
+            idle: gauge("idle"),
+        }
+    }
+
+    /// Reads the pool now: a connection counts as used while a statement or transaction holds it.
+    fn sample(&self, store: &Store) {
+        let (used, idle) = store.connections();
+        self.used.set(used.into());
+        self.idle.set(idle.into());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::Databases;
+
+    /// A connection held shows as used, and as idle again once given back to the pool.
+    #[tokio::test]
+    async fn the_connection_gauges_follow_a_connection_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let dbs = Databases::Sqlite(dir.path().to_path_buf());
+        let store = Store::open(&dbs, 9_001, 1, "node-a", 0).await.unwrap();
+        let gauges = Connections::of("9001");
+        let read = |state| {
+            metrics::DB_CONNECTIONS_GAUGE
+                .with_label_values(&["9001", state])
+                .get()
+        };
+        let held = store.hold_connection().await;
+        gauges.sample(&store);
+        assert!(read("used") >= 1, "used {}", read("used"));
+        drop(held);
+        // The pool takes a dropped connection back on a task of its own.
+        chronoshard_test_util::wait_for(
+            "the connection to be idle",
+            Duration::from_secs(10),
+            || async {
+                gauges.sample(&store);
+                (read("used") == 0 && read("idle") >= 1).then_some(())
+            },
+        )
+        .await
+        .unwrap();
+    }
 }

@@ -506,8 +506,10 @@ impl Shard {
         }
     }
 
+    /// Publishes how many occurrences the wheel holds; its retry and watchdog timers, which
+    /// linger until their deadline even after their attempt finished, are not counted.
     fn publish_wheel_len(&self) {
-        let len = self.wheel.len() as u64;
+        let len = self.in_wheel.len() as u64;
         self.wheel_len.store(len, Ordering::Relaxed);
         self.metrics.wheel_entries.set(len as i64);
     }

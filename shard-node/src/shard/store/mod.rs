@@ -281,6 +281,12 @@ impl Store {
         (self.pool.size().saturating_sub(idle), idle)
     }
 
+    /// A connection of the pool, in use until dropped.
+    #[cfg(test)]
+    pub async fn hold_connection(&self) -> sqlx::pool::PoolConnection<sqlx::Any> {
+        self.pool.acquire().await.unwrap()
+    }
+
     pub fn epoch(&self) -> u64 {
         self.epoch
     }
