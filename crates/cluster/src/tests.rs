@@ -160,6 +160,44 @@ async fn a_lost_server_is_counted_as_a_disconnect_of_each_connection() {
     }
 }
 
+/// A subscriber that falls behind and a server going away in lame duck mode are counted on the
+/// connection they happen to.
+#[tokio::test]
+async fn a_slow_consumer_and_a_lame_duck_server_are_counted() {
+    let nats = chronoshard_test_util::Nats::start().await.unwrap();
+    let conns = Connections::connect(&nats.url(), "events-slow")
+        .await
+        .unwrap();
+    let count = |event: &str| {
+        chronoshard_telemetry::metrics::NATS_EVENTS_TOTAL
+            .with_label_values(&["events-slow", event])
+            .get()
+    };
+    let wait = |event: &'static str| async move {
+        chronoshard_test_util::wait_for(
+            &format!("a {event} event"),
+            std::time::Duration::from_secs(20),
+            || async { (count(event) >= 1).then_some(()) },
+        )
+        .await
+        .unwrap();
+    };
+    assert_eq!((count("slow_consumer"), count("lame_duck_mode")), (0, 0));
+
+    // A subscription nobody reads holds 65,536 messages; more are dropped, and said so.
+    let _unread = conns.data.subscribe("slow").await.unwrap();
+    conns.data.flush().await.unwrap();
+    let publisher = nats.client().await.unwrap();
+    for _ in 0..70_000 {
+        publisher.publish("slow", "x".into()).await.unwrap();
+    }
+    publisher.flush().await.unwrap();
+    wait("slow_consumer").await;
+
+    nats.server.lame_duck();
+    wait("lame_duck_mode").await;
+}
+
 /// The active strategy: written once as `balanced` version 1 by the first control plane (a
 /// second `init` keeps what is there), replaced by compare-and-swap only, and followed: a
 /// follower holds version 0 until it reads the entry, then every newer version.

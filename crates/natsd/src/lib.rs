@@ -281,6 +281,15 @@ impl Server {
         }
     }
 
+    /// Puts the server in lame duck mode (SIGUSR2): it tells its clients it is going away, then
+    /// closes their connections over its lame duck duration and stops.
+    pub fn lame_duck(&self) {
+        if let Some(pid) = self.child.as_ref().and_then(|c| c.id()) {
+            use nix::{sys::signal, unistd::Pid};
+            let _ = signal::kill(Pid::from_raw(pid as i32), signal::Signal::SIGUSR2);
+        }
+    }
+
     /// Kills the server at once (SIGKILL), as a crash would.
     pub async fn kill(&mut self) -> std::io::Result<()> {
         match self.child.take() {
