@@ -96,15 +96,19 @@ async fn a_node_whose_clock_is_off_takes_no_shards_and_says_why() {
         .await;
     assert!(good.abs() < 0.2, "{good}");
 
+    // The live setting bounding the offset.
+    let allow = |bound: &'static str| {
+        let body = json!({ "max_clock_offset": bound }).to_string();
+        let api = &api;
+        async move {
+            let (status, _, body) = api
+                .send(reqwest::Method::PUT, "/v1/settings", Some(&body))
+                .await;
+            assert_eq!(status, 200, "{body}");
+        }
+    };
     // Allowed 5 s, it is fine: it takes its share.
-    let (status, _, body) = api
-        .send(
-            reqwest::Method::PUT,
-            "/v1/settings",
-            Some(&json!({"max_clock_offset": "5s"}).to_string()),
-        )
-        .await;
-    assert_eq!(status, 200, "{body}");
+    allow("5s").await;
     wait_for("the node ahead to take shards", LONG, || async {
         let (_, nodes) = api.get("/v1/nodes").await;
         let ahead = nodes["nodes"]
@@ -116,5 +120,25 @@ async fn a_node_whose_clock_is_off_takes_no_shards_and_says_why() {
     })
     .await
     .unwrap();
+    let rebalanced = api
+        .metric_sum_with("chronoshard_shard_moves_total", r#"reason="rebalance""#)
+        .await;
+    assert!(rebalanced >= 1.0, "{rebalanced}");
+
+    // Bound tight again, the node ahead loses the shards it took, for its clock.
+    allow("1s").await;
+    wait_for("the node ahead to give its shards back", LONG, || async {
+        let (_, nodes) = api.get("/v1/nodes").await;
+        let nodes = nodes["nodes"].as_array()?.clone();
+        let ahead = nodes.iter().find(|n| n["node_id"] == "ahead")?;
+        let good = nodes.iter().find(|n| n["node_id"] == "good")?;
+        (ahead["status"] == "excluded" && good["shards"].as_array()?.len() == 4).then_some(())
+    })
+    .await
+    .unwrap();
+    let for_clock = api
+        .metric_sum_with("chronoshard_shard_moves_total", r#"reason="clock""#)
+        .await;
+    assert!(for_clock >= 1.0, "{for_clock}");
     shutdown.cancel();
 }

@@ -74,6 +74,14 @@ async fn a_drained_node_gives_its_shards_away_under_load_without_a_lost_or_doubl
     );
     let owners = wait_settled(&api, &["node-b", "node-c"]).await;
     assert_eq!(owners.values().map(|s| s.len()).sum::<usize>(), 8);
+    let drained = api
+        .metric_sum_with("chronoshard_shard_moves_total", r#"reason="drain""#)
+        .await;
+    assert_eq!(
+        drained,
+        had.len() as f64,
+        "the leader counted each drained shard"
+    );
     // Drained, it stops cleanly; the others keep everything.
     let a = d.nodes.get_mut("node-a").unwrap();
     a.signal(Signal::SIGTERM);

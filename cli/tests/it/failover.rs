@@ -29,6 +29,7 @@ async fn each_kill_9_of_a_node_is_failed_over_within_3_s_and_nothing_is_lost_or_
     let jobs = every_second_jobs(&d, &api, 8, 1).await;
     let started = Utc::now();
     let mut times = Vec::new();
+    let mut failed_over = 0;
     for round in 0..5 {
         let victim = names[round % names.len()];
         let owners = wait_settled(&api, &names).await;
@@ -70,9 +71,19 @@ async fn each_kill_9_of_a_node_is_failed_over_within_3_s_and_nothing_is_lost_or_
             owned.len()
         );
         times.push(worst);
+        failed_over += owned.len();
         // Back in service for the next round (under the same id, taking its share again).
         d.node(victim).await;
     }
+    // The leader counted each lost node's shards as failovers, and the shards a returning node
+    // took back as a rebalance.
+    let moves = |reason: &'static str| api.metric_sum_with("chronoshard_shard_moves_total", reason);
+    let failovers = moves(r#"reason="failover""#).await;
+    assert!(
+        failovers >= failed_over as f64,
+        "{failovers} < {failed_over}"
+    );
+    assert!(moves(r#"reason="rebalance""#).await >= 1.0);
     for (round, t) in times.iter().enumerate() {
         assert!(*t < FAILOVER, "round {round}: {t:?} (all: {times:?})");
     }

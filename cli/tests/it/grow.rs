@@ -106,8 +106,14 @@ async fn shards_added_under_load_move_tenants_without_a_lost_or_doubled_fire() {
     // Creates keep coming while tenants move: each lands where its tenant is placed.
     let during = std::sync::Mutex::new(BTreeMap::new());
     let grown_at = std::sync::Mutex::new(Utc::now());
+    let pending_max = std::sync::Mutex::new(0f64);
     let grown = wait_for("the growth to finish", Duration::from_secs(120), || async {
         *grown_at.lock().unwrap() = Utc::now();
+        let pending = api.metric_sum("chronoshard_growth_shards_pending").await;
+        {
+            let mut max = pending_max.lock().unwrap();
+            *max = max.max(pending);
+        }
         let i = during.lock().unwrap().len();
         let at = Utc::now() + chrono::Duration::seconds(2);
         let body = json!({"tenant": tenant(i % TENANTS), "name": "during", "schedule": {"at": at},
@@ -147,8 +153,17 @@ async fn shards_added_under_load_move_tenants_without_a_lost_or_doubled_fire() {
         moved.len() >= 10,
         "about half of the tenants move to 4 added shards: {moved:?}"
     );
-    let moves = api.metric_sum("chronoshard_tenant_moves_total").await;
-    assert!(moves >= 1.0, "the leader counted its moves: {moves}");
+    let moves = api
+        .metric_sum_with("chronoshard_tenant_moves_total", r#"result="done""#)
+        .await;
+    assert!(
+        moves >= moved.len() as f64,
+        "the leader counted its moves: {moves} for {} tenants seen moved",
+        moved.len()
+    );
+    // While tenants moved, the leader showed old shards still to seal (at most all 4).
+    let pending_max = pending_max.into_inner().unwrap();
+    assert!((1.0..=4.0).contains(&pending_max), "{pending_max}");
     let timed = api
         .metric_sum("chronoshard_tenant_move_seconds_count")
         .await;

@@ -152,6 +152,18 @@ async fn the_platform_survives_a_nats_server_a_shard_node_and_the_leader_being_k
     .unwrap();
     let took_over = killed.elapsed();
     let leader_window = (leader_killed, Utc::now());
+    // The survivor's gauge follows its lease.
+    wait_for("the survivor's leader gauge to read 1", SETTLE, || async {
+        let leads = api
+            .metric_sum_with(
+                "chronoshard_control_plane_leader",
+                &format!("replica=\"{survivor}\""),
+            )
+            .await;
+        (leads == 1.0).then_some(())
+    })
+    .await
+    .unwrap();
     assert!(
         took_over < Duration::from_secs(6),
         "took {took_over:?} (lease TTL 3 s)"

@@ -335,6 +335,38 @@ async fn a_short_execution_is_reported_once_and_a_long_one_reports_its_start_fir
     );
     assert_eq!(t["attempts"][0]["started_at"], shard_start.as_str(), "{t}");
 
+    // Longer than a third of its queue's ack wait: progress reports, each applied by the shard.
+    let beat_gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let g = beat_gate.clone();
+    let mut opts = Options::new("sdk-beat", dir.path().join("beat"));
+    opts.ack_wait = std::time::Duration::from_millis(900);
+    opts.handlers = Handlers::new().queue("beating", move |_job: Job| {
+        let g = g.clone();
+        async move {
+            let _pass = g.acquire().await;
+            Ok(())
+        }
+    });
+    let client = async_nats::connect(&p.nats_url).await.unwrap();
+    Worker::start(opts, client, stop.clone()).await.unwrap();
+    let applied = || api.metric_sum_with("chronoshard_results_applied_total", r#"kind="progress""#);
+    let before = applied().await;
+    let beating = api.create(&job("beating", "beating", json!({}), 1)).await;
+    wait_for("a progress report to be applied", LONG, || async {
+        (applied().await > before).then_some(())
+    })
+    .await
+    .unwrap();
+    beat_gate.add_permits(1);
+    let t = api.ticket_of_run(&beating, "succeeded").await;
+    let reports = reports_of(&mut results, &mut seen, t["ticket_id"].as_str().unwrap()).await;
+    assert!(
+        reports
+            .iter()
+            .any(|r| r.kind == chronoshard_wire::ResultKind::Progress),
+        "{reports:?}"
+    );
+
     stop.cancel();
     p.stop().await.unwrap();
 }
