@@ -166,6 +166,22 @@ async fn one_tickets_spans_arrive_from_every_role_in_the_trace_named_by_its_id()
     let (mut d, api) = deployment(dir.path(), [&env, &env, &env]).await;
     let (job, ticket) =
         run_one_ticket(&d, &api, &format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01")).await;
+    // A ticket whose target fails twice: two attempts, dead-lettered.
+    let failing = HttpSink::start().await.unwrap();
+    failing.respond_with(500);
+    let retried = api
+        .create(
+            &json!({"tenant": "acme", "name": "retried", "schedule": {"delay": "0s"},
+            "target": {"type": "http", "url": failing.url("/retried")},
+            "retry": {"max_attempts": 2, "backoff": "fixed", "initial": "100ms"}}),
+        )
+        .await;
+    let dead = api.ticket_of_run(&retried, "dead").await;
+    assert_eq!(
+        failing.requests().len(),
+        2,
+        "the target failed both attempts"
+    );
     stop_cleanly(&mut d).await;
 
     let all = spans(&receiver);
@@ -220,7 +236,9 @@ async fn one_tickets_spans_arrive_from_every_role_in_the_trace_named_by_its_id()
 
     // The create request: a child of the caller's span, carrying the job id and linking the
     // job's span, which links back to it; the ticket's fire span links the job's span too.
-    let request = one(&all, "create request", |s| s.name == "POST /v1/jobs");
+    let request = one(&all, "create request", |s| {
+        s.name == "POST /v1/jobs" && s.trace_id == CALLER_TRACE
+    });
     assert_eq!(request.service, "chronoshard-control-plane");
     assert_eq!(
         (request.trace_id.as_str(), request.parent.as_str()),
@@ -228,7 +246,9 @@ async fn one_tickets_spans_arrive_from_every_role_in_the_trace_named_by_its_id()
     );
     assert_eq!(request.attr("chronoshard.job.id"), Some(job.clone()));
     assert_eq!(request.attr("http.response.status_code").unwrap(), "201");
-    let job_span = one(&all, "job span", |s| s.name == "job");
+    let job_span = one(&all, "job span", |s| {
+        s.name == "job" && s.trace_id == job_trace
+    });
     assert_eq!(job_span.service, "chronoshard-control-plane");
     assert_eq!(
         (job_span.trace_id.as_str(), job_span.parent.as_str()),
@@ -241,6 +261,37 @@ async fn one_tickets_spans_arrive_from_every_role_in_the_trace_named_by_its_id()
         job_span.links,
         vec![(request.trace_id.clone(), request.span_id.clone())]
     );
+
+    // Each attempt of the retried ticket: its own publish under the one fire, its own
+    // execution, and its failed result under that execution.
+    let dead_trace = text(&dead["ticket_id"]).replace('-', "");
+    let of_dead: Vec<Span> = all
+        .iter()
+        .filter(|s| s.trace_id == dead_trace)
+        .cloned()
+        .collect();
+    let fire = one(&of_dead, "the retried ticket's fire", |s| s.name == "fire");
+    let named = |name: &str| -> Vec<&Span> { of_dead.iter().filter(|s| s.name == name).collect() };
+    let (publishes, attempts) = (named("publish"), named("attempt"));
+    assert_eq!((publishes.len(), attempts.len()), (2, 2), "{of_dead:#?}");
+    assert!(
+        publishes.iter().all(|p| p.parent == fire.span_id),
+        "{of_dead:#?}"
+    );
+    for attempt in &attempts {
+        assert_eq!(attempt.attr("chronoshard.outcome").unwrap(), "failed");
+        assert!(
+            publishes.iter().any(|p| p.span_id == attempt.parent),
+            "each attempt is a child of a publish: {of_dead:#?}"
+        );
+        assert!(
+            of_dead.iter().any(|s| s.name == "result"
+                && s.parent == attempt.span_id
+                && s.attr("chronoshard.result.kind").as_deref() == Some("failed")),
+            "each attempt's failure is applied under it: {of_dead:#?}"
+        );
+    }
+    assert_ne!(attempts[0].parent, attempts[1].parent, "{of_dead:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
