@@ -259,6 +259,9 @@ impl Dispatcher {
         }
         self.enqueue(recovered);
         let mut flush = tokio::time::interval(FLUSH_EVERY);
+        // An idle shard skips its flushes; when there is something again, the first one comes
+        // at once and the next ones every `FLUSH_EVERY`, never as a burst catching up.
+        flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut rescan = tokio::time::interval(RESCAN_EVERY);
         rescan.reset();
         let mut count_outbox = tokio::time::Instant::now();
@@ -297,7 +300,7 @@ impl Dispatcher {
                 _ = std::future::ready(()), if self.overflow.load(Ordering::SeqCst) && self.waiting() < window => {
                     self.read_outbox(window * 2).await?;
                 }
-                _ = flush.tick() => {
+                _ = flush.tick(), if self.has_flush_work(open) => {
                     self.start_marking();
                     let now = self.ctx.clock.now_ms();
                     self.withdrawn.lock().retain(|_, at| *at > now - TOMBSTONE_MS);
@@ -530,6 +533,17 @@ impl Dispatcher {
 
     /// Starts recording the acks gathered so far, unless a write is under way: the publishing
     /// goes on meanwhile (the write waits for the shard's connection behind its fire writes).
+    /// Whether a flush has anything to do: acks to record, withdrawals to forget, backlog to
+    /// count, retries to requeue, or a closed channel to notice. Nothing, when the shard is idle:
+    /// then the dispatcher sleeps until a ticket, an ack or its rescan wakes it.
+    fn has_flush_work(&self, open: bool) -> bool {
+        !open
+            || !self.acked.is_empty()
+            || !self.retry.is_empty()
+            || self.overflow.load(Ordering::SeqCst)
+            || !self.withdrawn.lock().is_empty()
+    }
+
     fn start_marking(&mut self) {
         if self.marking.is_some() || self.acked.is_empty() {
             return;
