@@ -12,7 +12,6 @@ mod dispatcher;
 pub mod fair;
 mod fire;
 mod limits;
-mod load;
 pub mod machine;
 mod moves;
 mod ops;
@@ -24,6 +23,7 @@ mod rpc;
 mod served;
 pub mod store;
 pub mod sweep;
+mod upkeep;
 pub mod watchdog;
 
 use std::{
@@ -179,9 +179,8 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
     let wheel_len = Arc::new(AtomicU64::new(0));
     let dispatcher = dispatcher::start(store.clone(), ctx.clone(), stop.clone());
     let sweep = sweep::start(store.clone(), ctx.clone(), dispatcher.bell(), stop.clone());
-    let checkpoints = start_checkpoints(store.clone(), stop.clone());
     let served = served::Served::new(ctx.live_queues.clone(), ctx.cluster.clone());
-    let load = load::start(store.clone(), served.clone(), stop.clone());
+    let upkeep = upkeep::start(store.clone(), served.clone(), stop.clone());
     let (cmd_tx, cmd_rx) = mpsc::channel(1024);
     let loop_tx = cmd_tx.downgrade();
     let results = results::start(
@@ -209,6 +208,7 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
         create_rate: limits::CreateRate::default(),
         batch_jobs: HashMap::new(),
         loaded_until: None,
+        last_load: (None, None),
         paused: HashSet::new(),
         staged: HashMap::new(),
         backlog: fair::FairQueue::default(),
@@ -226,7 +226,7 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
         Err(e) => Err(e),
     };
     stop.cancel();
-    let _ = tokio::join!(results, rpc, sweep, checkpoints, load);
+    let _ = tokio::join!(results, rpc, sweep, upkeep);
     shard.dispatcher.closed().await;
     store.close().await;
     shard.metrics.wheel_entries.set(0);
@@ -243,6 +243,9 @@ struct Shard {
     in_wheel: HashMap<Uuid, (i64, TimerKey)>,
     /// Every active job due at or before this instant is in the wheel (None: nothing loaded yet).
     loaded_until: Option<i64>,
+    /// At the last load that asked the database: the WAL's stamp before it, and the earliest
+    /// occurrence beyond what it loaded.
+    last_load: (Option<store::WalStamp>, Option<i64>),
     /// Tenants paused now (the store's `paused_tenants`, kept here so a fire needs no query).
     paused: HashSet<String>,
     /// Tickets fired ahead of their time (`fire_lead`), by job, until they are due: a pause or
@@ -435,20 +438,31 @@ impl Shard {
         Ok(())
     }
 
-    /// Moves jobs due within the horizon from the database into the wheel.
+    /// Moves jobs due within the horizon from the database into the wheel. An SQLite shard whose
+    /// WAL is unchanged since the last load (nothing committed) and whose next occurrence beyond
+    /// it is still beyond the new horizon has nothing new to load: only the watermark moves, and
+    /// the database is not asked.
     async fn load(&mut self, now: i64) -> Result<(), ShardError> {
         let until = now + self.ctx.config().horizon.as_millis() as i64;
+        self.staged.retain(|_, s| {
+            s.tickets.retain(|(_, at)| *at > now);
+            !s.tickets.is_empty()
+        });
+        let stamp = self.store.wal_stamp();
+        let (last_stamp, next_beyond) = self.last_load;
+        if stamp.is_some() && stamp == last_stamp && next_beyond.is_none_or(|at| at > until) {
+            self.loaded_until = Some(until);
+            return Ok(());
+        }
         let due = self.store.due_jobs(self.loaded_until, until).await?;
+        let next_beyond = self.store.next_due_after(until).await?;
+        self.last_load = (stamp, next_beyond);
         if !due.is_empty() {
             debug!(
                 count = due.len(),
                 until, "loaded occurrences into the wheel"
             );
         }
-        self.staged.retain(|_, s| {
-            s.tickets.retain(|(_, at)| *at > now);
-            !s.tickets.is_empty()
-        });
         // Raise the watermark first: `track` ignores entries beyond it.
         self.loaded_until = Some(until);
         for row in due {
@@ -513,29 +527,6 @@ impl Shard {
         self.wheel_len.store(len, Ordering::Relaxed);
         self.metrics.wheel_entries.set(len as i64);
     }
-}
-
-/// How often an SQLite shard's WAL is checkpointed beside its writer.
-const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
-
-/// Checkpoints an SQLite shard's WAL in the background, so no commit of the shard loop or the
-/// dispatcher pays for a checkpoint's fsync (measured: such stalls were the fire lateness tail).
-fn start_checkpoints(store: Store, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(CHECKPOINT_EVERY);
-        loop {
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = tick.tick() => {}
-            }
-            match store.checkpoint().await {
-                Ok(Some(_)) => {}
-                // Postgres checkpoints itself.
-                Ok(None) => return,
-                Err(e) => warn!(error = %e, "WAL checkpoint failed; the next one retries"),
-            }
-        }
-    })
 }
 
 /// The next `n` fire times starting with `first`.

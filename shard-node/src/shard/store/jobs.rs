@@ -257,6 +257,18 @@ impl Store {
             .collect()
     }
 
+    /// The earliest occurrence `due_jobs` would return after `after`, if any: how far the wheel's
+    /// loads may go without finding anything new while nothing is written.
+    pub async fn next_due_after(&self, after: i64) -> Result<Option<i64>> {
+        Ok(sqlx::query_scalar(
+            "SELECT MIN(next_fire_at) FROM jobs WHERE next_fire_at IS NOT NULL AND state = 'active' \
+             AND next_fire_at > $1 AND tenant NOT IN (SELECT tenant FROM paused_tenants)",
+        )
+        .bind(after)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
     /// A tenant's active jobs, for tenant-wide resume and trigger.
     pub async fn active_jobs_of(&self, tenant: &str) -> Result<Vec<JobRow>> {
         let sql = format!(

@@ -13,6 +13,7 @@
 //! about NATS, the wheel or the clock: callers pass `now`.
 
 mod bulk;
+mod checkpoint;
 mod jobs;
 mod migrations;
 mod moves;
@@ -27,9 +28,10 @@ use std::path::PathBuf;
 
 use sqlx::{
     any::{AnyConnectOptions, AnyPoolOptions},
-    Any, AnyConnection, AnyPool, Connection, Database, Executor, Row, Sqlite, Transaction,
+    Any, AnyConnection, AnyPool, Connection, Database, Executor, Sqlite, Transaction,
 };
 
+pub use checkpoint::{Checkpoint, WalStamp};
 pub use jobs::{CreateOutcome, DueRow, JobRow};
 pub use moves::{Cell, ExportCursor, Imported, KeyMove, MovePage, MovedTable, PAGE_OVERHEAD};
 pub use outbox::{Acked, Outgoing, Unstarted};
@@ -118,7 +120,7 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 pub struct Store {
     pool: AnyPool,
     /// SQLite only: the connection that runs checkpoints (`checkpoint`).
-    checkpointer: Option<AnyPool>,
+    checkpointer: Option<checkpoint::Checkpointer>,
     shard: u32,
     epoch: u64,
 }
@@ -172,6 +174,7 @@ impl Store {
                     .test_before_acquire(false)
                     .connect_with(url.parse::<AnyConnectOptions>()?)
                     .await?;
+                let checkpointer = checkpoint::Checkpointer::new(checkpointer, &path);
                 accept_reworded(&pool, &SQLITE_MIGRATOR).await?;
                 (pool, Some(checkpointer), &SQLITE_MIGRATOR)
             }
@@ -252,16 +255,20 @@ impl Store {
     }
 
     /// Copies committed WAL frames into an SQLite shard's database file without blocking its
-    /// writer (a passive checkpoint on a connection of its own); returns the frames in the WAL
-    /// and those checkpointed. None for Postgres, which checkpoints itself.
-    pub async fn checkpoint(&self) -> Result<Option<(i64, i64)>> {
-        let Some(pool) = &self.checkpointer else {
-            return Ok(None);
-        };
-        let row = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-            .fetch_one(pool)
-            .await?;
-        Ok(Some((row.try_get(1)?, row.try_get(2)?)))
+    /// writer (a passive checkpoint on a connection of its own), unless nothing was written since
+    /// the last one. None for Postgres, which checkpoints itself.
+    pub async fn checkpoint(&self) -> Result<Option<Checkpoint>> {
+        match &self.checkpointer {
+            Some(c) => c.run().await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// What tells, without a query, whether anything was committed since it was last read: the
+    /// WAL file's stamp of an SQLite shard. None for Postgres (and before an SQLite shard's first
+    /// write): ask the database.
+    pub fn wal_stamp(&self) -> Option<WalStamp> {
+        self.checkpointer.as_ref()?.stamp()
     }
 
     pub fn shard(&self) -> u32 {
@@ -319,7 +326,7 @@ impl Store {
     pub async fn close(&self) {
         self.pool.close().await;
         if let Some(c) = &self.checkpointer {
-            c.close().await;
+            c.pool().close().await;
         }
     }
 }

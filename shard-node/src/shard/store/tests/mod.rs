@@ -2,6 +2,7 @@ use chrono::Utc;
 use chronoshard_wire::{
     from_millis, JobSpec, JobState, ResultKind, RunStatus, Ticket, TicketResult, PROTOCOL_VERSION,
 };
+use sqlx::Row;
 use uuid::Uuid;
 
 use super::*;
