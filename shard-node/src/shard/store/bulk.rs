@@ -8,27 +8,20 @@
 //! `fire_simple` runs the statements one at a time in a transaction; on SQLite,
 //! `fire_simple_in_three_trips` sends every read in one trip (the opening with it), every write
 //! in a second and `COMMIT` once their row count is checked (`one_trip`). Each statement is
-//! built by one function and bound by another, for both.
+//! pushed with its values by one function (`push_*`), for both.
 
 use std::collections::HashSet;
 
-use sqlx::{
-    any::{AnyArguments, AnyRow},
-    query::Query,
-    Any, Row,
-};
+use sqlx::{any::AnyRow, Row};
 use uuid::Uuid;
 
 use super::{
-    json_rows, one_trip,
-    one_trip::OpenTrip,
-    parse_uuid, rows_per_statement,
+    json_rows, parse_uuid,
+    sql::{rows_per_statement, Sql},
     tickets::{FireOutcome, FireRequest, Fired},
-    Params, Result, Store, StoreError, Tx,
+    Result, Store, StoreError, Tx,
 };
 use chronoshard_wire::{Overlap, Ticket};
-
-type Q<'q> = Query<'q, Any, AnyArguments<'q>>;
 
 /// Whether the fast path may write this request: one occurrence, nothing to record as not
 /// fired, no overlap policy to judge, and a next occurrence to move from.
@@ -98,16 +91,19 @@ async fn move_jobs(
 ) -> Result<HashSet<(Uuid, i64)>> {
     let mut moved = HashSet::new();
     for chunk in requests.chunks(rows_per_statement(4)) {
-        let sql = ready_sql(&mut Params::new(tx), chunk.len());
-        let row = bind_ready(sqlx::query(&sql), chunk)
-            .fetch_one(&mut **tx)
-            .await?;
+        let mut sql = Sql::new(tx);
+        push_ready(&mut sql, chunk);
+        let (text, args) = sql.build();
+        let row = sqlx::query_with(&text, args).fetch_one(&mut **tx).await?;
         let ready = ready_of(&row)?;
         if ready.is_empty() {
             continue;
         }
-        let sql = move_sql(&mut Params::new(tx), chunk.len());
-        let updated = bind_move(sqlx::query(&sql), chunk, now)
+        let moves: Vec<Moved> = chunk.iter().map(moved_of).collect();
+        let mut sql = Sql::new(tx);
+        push_move(&mut sql, &moves, now);
+        let (text, args) = sql.build();
+        let updated = sqlx::query_with(&text, args)
             .execute(&mut **tx)
             .await?
             .rows_affected();
@@ -126,10 +122,10 @@ async fn insert_runs(
 ) -> Result<HashSet<(Uuid, i64)>> {
     let mut created = HashSet::new();
     for chunk in runs.chunks(rows_per_statement(6)) {
-        let sql = runs_read_sql(&mut Params::new(tx), chunk.len());
-        let row = bind_runs(sqlx::query(&sql), chunk)
-            .fetch_one(&mut **tx)
-            .await?;
+        let mut sql = Sql::new(tx);
+        push_runs_read(&mut sql, chunk);
+        let (text, args) = sql.build();
+        let row = sqlx::query_with(&text, args).fetch_one(&mut **tx).await?;
         let existing = existing_of(&row)?;
         let mut new = HashSet::new();
         for (job, at) in chunk {
@@ -140,8 +136,10 @@ async fn insert_runs(
         if new.is_empty() {
             continue;
         }
-        let sql = runs_insert_sql(&mut Params::new(tx), chunk.len());
-        let inserted = bind_new_runs(sqlx::query(&sql), chunk, now)
+        let mut sql = Sql::new(tx);
+        push_runs_insert(&mut sql, chunk, now);
+        let (text, args) = sql.build();
+        let inserted = sqlx::query_with(&text, args)
             .execute(&mut **tx)
             .await?
             .rows_affected();
@@ -154,14 +152,14 @@ async fn insert_runs(
 /// Writes first-attempt tickets and their attempt rows.
 pub(super) async fn insert_tickets(tx: &mut Tx, tickets: &[Ticket], now: i64) -> Result<()> {
     for chunk in tickets.chunks(rows_per_statement(12)) {
-        let sql = tickets_sql(&mut Params::new(tx), chunk.len());
-        bind_tickets(sqlx::query(&sql), chunk, now)?
-            .execute(&mut **tx)
-            .await?;
-        let sql = attempts_sql(&mut Params::new(tx), chunk.len());
-        bind_attempts(sqlx::query(&sql), chunk, now)
-            .execute(&mut **tx)
-            .await?;
+        let mut sql = Sql::new(tx);
+        push_tickets(&mut sql, chunk, now)?;
+        let (text, args) = sql.build();
+        sqlx::query_with(&text, args).execute(&mut **tx).await?;
+        let mut sql = Sql::new(tx);
+        push_attempts(&mut sql, chunk, now);
+        let (text, args) = sql.build();
+        sqlx::query_with(&text, args).execute(&mut **tx).await?;
     }
     Ok(())
 }
@@ -181,17 +179,15 @@ pub(super) async fn fire_simple_in_three_trips(
         .collect();
     let job_chunks: Vec<&[FireRequest<'_>]> = requests.chunks(rows_per_statement(4)).collect();
     let run_chunks: Vec<&[(String, i64)]> = runs.chunks(rows_per_statement(2)).collect();
-    let sql = Store::open_trip_sql(&format!(
-        "{}; {}",
-        one_trip::statements(&job_chunks, |c, p| ready_sql(p, c.len())),
-        one_trip::statements(&run_chunks, |c, p| runs_read_sql(p, c.len())),
-    ));
-    let q = job_chunks
-        .iter()
-        .fold(store.one_trip_query(&sql), |q, c| bind_ready(q, c));
-    let q = run_chunks.iter().fold(q, |q, c| bind_runs(q, c));
+    let mut trip = store.trip();
+    for c in &job_chunks {
+        push_ready(&mut trip, c);
+    }
+    for c in &run_chunks {
+        push_runs_read(&mut trip, c);
+    }
     let (open, found) = store
-        .open_trip(q, job_chunks.len() + run_chunks.len())
+        .open_trip(trip, job_chunks.len() + run_chunks.len())
         .await?;
     let (found_jobs, found_runs) = found.split_at(job_chunks.len());
     // By job and occurrence: two requests for one job at different occurrences cannot both
@@ -219,7 +215,7 @@ pub(super) async fn fire_simple_in_three_trips(
             });
             continue;
         }
-        moved.push((req.job_id, req.expected_next, req.next_fire_at));
+        moved.push(moved_of(&req));
         let (at, item_tickets) = req.occurrences.into_iter().next().expect("one occurrence");
         let mut out = FireOutcome::default();
         if existing.contains(&run) {
@@ -232,61 +228,53 @@ pub(super) async fn fire_simple_in_three_trips(
         }
         outs.push(out);
     }
-    let move_chunks: Vec<&[Moved]> = moved.chunks(rows_per_statement(4)).collect();
-    let new_chunks: Vec<&[(String, i64)]> = new_runs.chunks(rows_per_statement(6)).collect();
-    let ticket_chunks: Vec<&[Ticket]> = tickets.chunks(rows_per_statement(12)).collect();
-    let body = [
-        one_trip::statements(&move_chunks, |c, p| move_sql(p, c.len())),
-        one_trip::statements(&new_chunks, |c, p| runs_insert_sql(p, c.len())),
-        one_trip::statements(&ticket_chunks, |c, p| {
-            format!("{}; {}", tickets_sql(p, c.len()), attempts_sql(p, c.len()))
-        }),
-    ]
-    .into_iter()
-    .filter(|s| !s.is_empty())
-    .collect::<Vec<_>>()
-    .join("; ");
+    let mut writes = Sql::sqlite();
+    for c in moved.chunks(rows_per_statement(4)) {
+        push_move(&mut writes, c, now);
+    }
+    for c in new_runs.chunks(rows_per_statement(6)) {
+        push_runs_insert(&mut writes, c, now);
+    }
+    for c in tickets.chunks(rows_per_statement(12)) {
+        push_tickets(&mut writes, c, now)?;
+        push_attempts(&mut writes, c, now);
+    }
     let mut open = open;
-    if !body.is_empty() {
-        let q = move_chunks
-            .iter()
-            .fold(sqlx::query(&body), |q, c| bind_moved(q, c, now));
-        let mut q = new_chunks.iter().fold(q, |q, c| bind_new_runs(q, c, now));
-        for c in &ticket_chunks {
-            q = bind_attempts(bind_tickets(q, c, now)?, c, now);
-        }
+    if !writes.is_empty() {
         let written;
-        (open, written) = open.write(q).await?;
+        (open, written) = open.write(writes).await?;
         as_read(
             written,
             moved.len() + new_runs.len() + 2 * tickets.len(),
             "jobs moved on, runs created, tickets and attempts written",
         )?;
     }
-    open.commit(sqlx::query(&OpenTrip::commit_sql(""))).await?;
+    open.commit(Sql::sqlite()).await?;
     Ok(outs)
 }
 
 /// A job to move on: its id, the occurrence it must still be at, and the next one.
 type Moved = (Uuid, Option<i64>, Option<i64>);
 
-/// The jobs of `n` requests (id, expected next occurrence) that are still at that occurrence and
-/// active, as one JSON value of (id, occurrence): a request moves its job only if it is for the
-/// occurrence the job is at.
-fn ready_sql(p: &mut Params, n: usize) -> String {
-    format!(
-        "SELECT {} FROM jobs JOIN (VALUES {}) AS v ON jobs.id = v.column1 \
-         WHERE jobs.next_fire_at = v.column2 AND jobs.state = 'active'",
-        p.json_rows_of("jobs.id, jobs.next_fire_at"),
-        p.rows(n, 2)
-    )
+fn moved_of(r: &FireRequest<'_>) -> Moved {
+    (r.job_id, r.expected_next, r.next_fire_at)
 }
 
-fn bind_ready<'q>(mut q: Q<'q>, chunk: &[FireRequest<'_>]) -> Q<'q> {
-    for r in chunk {
-        q = q.bind(r.job_id.to_string()).bind(r.expected_next);
-    }
-    q
+/// The jobs of a chunk of requests (id, expected next occurrence) that are still at that
+/// occurrence and active, as one JSON value of (id, occurrence): a request moves its job only if
+/// it is for the occurrence the job is at.
+fn push_ready(sql: &mut Sql<'_>, chunk: &[FireRequest<'_>]) {
+    sql.statement().push("SELECT ");
+    sql.json_rows_of("jobs.id, jobs.next_fire_at")
+        .push(" FROM jobs JOIN (");
+    sql.push_values(chunk, |mut row, r| {
+        row.push_bind(r.job_id.to_string())
+            .push_bind(r.expected_next);
+    });
+    sql.push(
+        ") AS v ON jobs.id = v.column1 \
+         WHERE jobs.next_fire_at = v.column2 AND jobs.state = 'active'",
+    );
 }
 
 fn ready_of(row: &AnyRow) -> Result<HashSet<(Uuid, i64)>> {
@@ -296,59 +284,40 @@ fn ready_of(row: &AnyRow) -> Result<HashSet<(Uuid, i64)>> {
         .collect()
 }
 
-/// Moves `n` jobs on (id, next occurrence, state, expected occurrence), those still at the
-/// expected one and active only; its first value is the time.
-fn move_sql(p: &mut Params, n: usize) -> String {
+/// Moves jobs on: each to its next occurrence (or `completed` without one), if still at the
+/// expected one and active.
+fn push_move(sql: &mut Sql<'_>, chunk: &[Moved], now: i64) {
     // VALUES columns are `column1..4` on both backends.
-    format!(
-        "UPDATE jobs SET next_fire_at = v.column2, state = v.column3, updated_at = {} \
-         FROM (VALUES {}) AS v \
-         WHERE jobs.id = v.column1 AND jobs.next_fire_at = v.column4 AND jobs.state = 'active'",
-        p.one(),
-        p.rows(n, 4)
-    )
-}
-
-fn bind_move<'q>(q: Q<'q>, chunk: &[FireRequest<'_>], now: i64) -> Q<'q> {
-    let moved: Vec<Moved> = chunk
-        .iter()
-        .map(|r| (r.job_id, r.expected_next, r.next_fire_at))
-        .collect();
-    bind_moved(q, &moved, now)
-}
-
-fn bind_moved<'q>(mut q: Q<'q>, chunk: &[Moved], now: i64) -> Q<'q> {
-    q = q.bind(now);
-    for (job, expected, next) in chunk {
+    sql.statement()
+        .push("UPDATE jobs SET next_fire_at = v.column2, state = v.column3, updated_at = ")
+        .push_bind(now)
+        .push(" FROM (");
+    sql.push_values(chunk, |mut row, &(job, expected, next)| {
         let state = if next.is_some() {
             "active"
         } else {
             "completed"
         };
-        q = q
-            .bind(job.to_string())
-            .bind(*next)
-            .bind(state)
-            .bind(*expected);
-    }
-    q
+        row.push_bind(job.to_string())
+            .push_bind(next)
+            .push_bind(state)
+            .push_bind(expected);
+    });
+    sql.push(
+        ") AS v \
+         WHERE jobs.id = v.column1 AND jobs.next_fire_at = v.column4 AND jobs.state = 'active'",
+    );
 }
 
-/// The runs of `n` occurrences (job id, scheduled time) that exist, as one JSON value.
-fn runs_read_sql(p: &mut Params, n: usize) -> String {
-    format!(
-        "SELECT {} FROM runs JOIN (VALUES {}) AS v \
-         ON runs.job_id = v.column1 AND runs.scheduled_at = v.column2",
-        p.json_rows_of("runs.job_id, runs.scheduled_at"),
-        p.rows(n, 2)
-    )
-}
-
-fn bind_runs<'q>(mut q: Q<'q>, chunk: &'q [(String, i64)]) -> Q<'q> {
-    for (job, at) in chunk {
-        q = q.bind(job.as_str()).bind(*at);
-    }
-    q
+/// The runs of a chunk of occurrences (job id, scheduled time) that exist, as one JSON value.
+fn push_runs_read<'q>(sql: &mut Sql<'q>, chunk: &'q [(String, i64)]) {
+    sql.statement().push("SELECT ");
+    sql.json_rows_of("runs.job_id, runs.scheduled_at")
+        .push(" FROM runs JOIN (");
+    sql.push_values(chunk, |mut row, (job, at)| {
+        row.push_bind(job.as_str()).push_bind(*at);
+    });
+    sql.push(") AS v ON runs.job_id = v.column1 AND runs.scheduled_at = v.column2");
 }
 
 fn existing_of(row: &AnyRow) -> Result<HashSet<(String, i64)>> {
@@ -357,74 +326,59 @@ fn existing_of(row: &AnyRow) -> Result<HashSet<(String, i64)>> {
         .collect())
 }
 
-/// Inserts `n` `dispatched` runs; an existing one is left alone.
-fn runs_insert_sql(p: &mut Params, n: usize) -> String {
-    format!(
-        "INSERT INTO runs (job_id, scheduled_at, status, attempts, created_at, updated_at) \
-         VALUES {} ON CONFLICT DO NOTHING",
-        p.rows(n, 6)
-    )
+/// Inserts `dispatched` runs; an existing one is left alone.
+fn push_runs_insert<'q>(sql: &mut Sql<'q>, chunk: &'q [(String, i64)], now: i64) {
+    sql.statement()
+        .push("INSERT INTO runs (job_id, scheduled_at, status, attempts, created_at, updated_at) ");
+    sql.push_values(chunk, |mut row, (job, at)| {
+        row.push_bind(job.as_str())
+            .push_bind(*at)
+            .push_bind("dispatched")
+            .push_bind(1i64)
+            .push_bind(now)
+            .push_bind(now);
+    });
+    sql.push(" ON CONFLICT DO NOTHING");
 }
 
-fn bind_new_runs<'q>(mut q: Q<'q>, chunk: &'q [(String, i64)], now: i64) -> Q<'q> {
-    for (job, at) in chunk {
-        q = q
-            .bind(job.as_str())
-            .bind(*at)
-            .bind("dispatched")
-            .bind(1i64)
-            .bind(now)
-            .bind(now);
-    }
-    q
+fn push_tickets<'q>(sql: &mut Sql<'q>, chunk: &'q [Ticket], now: i64) -> Result<()> {
+    let bodies = chunk
+        .iter()
+        .map(super::tickets::ticket_json)
+        .collect::<Result<Vec<_>>>()?;
+    sql.statement().push(
+        "INSERT INTO tickets (id, job_id, scheduled_at, item, status, attempt, epoch, queue, body, \
+         timeout_ms, created_at, updated_at) ",
+    );
+    sql.push_values(chunk.iter().zip(bodies), |mut row, (t, body)| {
+        row.push_bind(t.ticket_id.to_string())
+            .push_bind(t.job_id.to_string())
+            .push_bind(t.scheduled_at.timestamp_millis())
+            .push_bind(t.item as i64)
+            .push_bind("dispatched")
+            .push_bind(t.attempt as i64)
+            .push_bind(t.epoch as i64)
+            .push_bind(t.queue.as_str())
+            .push_bind(body)
+            .push_bind(t.timeout_ms as i64)
+            .push_bind(now)
+            .push_bind(now);
+    });
+    Ok(())
 }
 
-fn tickets_sql(p: &mut Params, n: usize) -> String {
-    format!(
-        "INSERT INTO tickets (id, job_id, scheduled_at, item, status, attempt, epoch, queue, body, timeout_ms, created_at, updated_at) \
-         VALUES {}",
-        p.rows(n, 12)
-    )
-}
-
-fn bind_tickets<'q>(mut q: Q<'q>, chunk: &'q [Ticket], now: i64) -> Result<Q<'q>> {
-    for t in chunk {
-        q = q
-            .bind(t.ticket_id.to_string())
-            .bind(t.job_id.to_string())
-            .bind(t.scheduled_at.timestamp_millis())
-            .bind(t.item as i64)
-            .bind("dispatched")
-            .bind(t.attempt as i64)
-            .bind(t.epoch as i64)
-            .bind(&t.queue)
-            .bind(super::tickets::ticket_json(t)?)
-            .bind(t.timeout_ms as i64)
-            .bind(now)
-            .bind(now);
-    }
-    Ok(q)
-}
-
-/// The first attempts of `n` tickets. Takes the tickets' chunks (12 columns to its 5): a little
+/// The first attempts of tickets. Takes the tickets' chunks (12 columns to its 5): a little
 /// below its best size, one loop.
-fn attempts_sql(p: &mut Params, n: usize) -> String {
-    format!(
-        "INSERT INTO attempts (ticket_id, attempt, status, created_at, not_before) VALUES {}",
-        p.rows(n, 5)
-    )
-}
-
-fn bind_attempts<'q>(mut q: Q<'q>, chunk: &[Ticket], now: i64) -> Q<'q> {
-    for t in chunk {
-        q = q
-            .bind(t.ticket_id.to_string())
-            .bind(t.attempt as i64)
-            .bind("dispatched")
-            .bind(now)
-            .bind(super::tickets::not_before(t, now));
-    }
-    q
+fn push_attempts(sql: &mut Sql<'_>, chunk: &[Ticket], now: i64) {
+    sql.statement()
+        .push("INSERT INTO attempts (ticket_id, attempt, status, created_at, not_before) ");
+    sql.push_values(chunk, |mut row, t| {
+        row.push_bind(t.ticket_id.to_string())
+            .push_bind(t.attempt as i64)
+            .push_bind("dispatched")
+            .push_bind(now)
+            .push_bind(super::tickets::not_before(t, now));
+    });
 }
 
 /// A write that follows a read of which rows it changes must change exactly those (the

@@ -3,11 +3,13 @@
 use std::collections::{HashMap, HashSet};
 
 use chronoshard_wire::{JobSpec, JobState};
-use sqlx::{any::AnyArguments, query::Query, Any, AnyConnection, Row};
+use sqlx::{AnyConnection, Row};
 use uuid::Uuid;
 
 use super::{
-    json_rows, json_rows_of, parse_uuid, rows_per_statement, Params, Result, Store, StoreError,
+    json_rows, parse_uuid,
+    sql::{rows_per_statement, Sql},
+    Result, Store, StoreError,
 };
 
 /// A job as stored: its spec, lifecycle state and next unfired occurrence.
@@ -131,10 +133,9 @@ impl Store {
         &self,
         jobs: &[(&JobRow, Option<&str>)],
     ) -> Result<Vec<CreateOutcome>> {
-        let sql = Store::one_trip_sql(&insert_sql(&mut Params::anonymous(), jobs.len()));
-        let rows = self
-            .one_trip(bind_new(self.one_trip_query(&sql), jobs)?)
-            .await?;
+        let mut trip = self.trip();
+        push_insert(&mut trip, jobs)?;
+        let rows = self.one_trip(trip).await?;
         let mut inserted: HashSet<Uuid> = HashSet::with_capacity(rows.len());
         for row in rows {
             inserted.insert(parse_uuid(&row.try_get::<String, _>("id")?)?);
@@ -170,16 +171,15 @@ impl Store {
             return Ok(HashMap::new());
         }
         let mut conn = self.pool.acquire().await?;
-        let sql = format!(
-            "SELECT {} FROM jobs WHERE id IN ({})",
-            json_rows_of(&conn, JOB_COLUMNS),
-            Params::new(&conn).list(ids.len())
-        );
-        let mut q = sqlx::query_scalar::<_, String>(&sql);
-        for id in ids {
-            q = q.bind(id.to_string());
-        }
-        let rows = q.fetch_one(&mut *conn).await?;
+        let mut sql = Sql::new(&conn);
+        sql.push("SELECT ");
+        sql.json_rows_of(JOB_COLUMNS)
+            .push(" FROM jobs WHERE id IN (");
+        sql.list(ids.iter().map(Uuid::to_string)).push(")");
+        let (text, args) = sql.build();
+        let rows: String = sqlx::query_scalar_with(&text, args)
+            .fetch_one(&mut *conn)
+            .await?;
         json_rows::<JobColumns>(&rows)?
             .into_iter()
             .map(|c| job_from_columns(c).map(|j| (j.id, j)))
@@ -336,44 +336,41 @@ async fn insert_new(
     chunk: &[(&JobRow, Option<&str>)],
     inserted: &mut HashSet<Uuid>,
 ) -> Result<()> {
-    let sql = insert_sql(&mut Params::new(tx), chunk.len());
-    for row in bind_new(sqlx::query(&sql), chunk)?
-        .fetch_all(&mut **tx)
-        .await?
-    {
+    let mut sql = Sql::new(tx);
+    push_insert(&mut sql, chunk)?;
+    let (text, args) = sql.build();
+    for row in sqlx::query_with(&text, args).fetch_all(&mut **tx).await? {
         inserted.insert(parse_uuid(&row.try_get::<String, _>("id")?)?);
     }
     Ok(())
 }
 
-/// The multi-row insert of `rows` jobs that skips conflicts and returns the ids it created.
-fn insert_sql(params: &mut Params, rows: usize) -> String {
-    format!(
-        "INSERT INTO jobs (id, tenant, spec, state, created_at, updated_at, anchor_at, next_fire_at, idempotency_key, priority) \
-         VALUES {} ON CONFLICT DO NOTHING RETURNING id",
-        params.rows(rows, INSERT_COLUMNS)
-    )
-}
-
-/// Binds the values of `insert_sql`'s rows, in its column order.
-fn bind_new<'q>(
-    mut q: Query<'q, Any, AnyArguments<'q>>,
-    jobs: &[(&'q JobRow, Option<&'q str>)],
-) -> Result<Query<'q, Any, AnyArguments<'q>>> {
-    for (job, key) in jobs {
-        q = q
-            .bind(job.id.to_string())
-            .bind(&job.tenant)
-            .bind(serde_json::to_string(&job.spec).map_err(|e| StoreError::Corrupt(e.to_string()))?)
-            .bind(job.state.as_str())
-            .bind(job.created_at)
-            .bind(job.updated_at)
-            .bind(job.anchor_at)
-            .bind(job.next_fire_at)
-            .bind(*key)
-            .bind(job.spec.priority as i64);
-    }
-    Ok(q)
+/// The multi-row insert of `jobs` that skips conflicts and returns the ids it created.
+fn push_insert<'q>(sql: &mut Sql<'q>, jobs: &[(&'q JobRow, Option<&'q str>)]) -> Result<()> {
+    let specs = jobs
+        .iter()
+        .map(|(job, _)| {
+            serde_json::to_string(&job.spec).map_err(|e| StoreError::Corrupt(e.to_string()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    sql.statement().push(
+        "INSERT INTO jobs (id, tenant, spec, state, created_at, updated_at, anchor_at, \
+         next_fire_at, idempotency_key, priority) ",
+    );
+    sql.push_values(jobs.iter().zip(specs), |mut row, ((job, key), spec)| {
+        row.push_bind(job.id.to_string())
+            .push_bind(job.tenant.as_str())
+            .push_bind(spec)
+            .push_bind(job.state.as_str())
+            .push_bind(job.created_at)
+            .push_bind(job.updated_at)
+            .push_bind(job.anchor_at)
+            .push_bind(job.next_fire_at)
+            .push_bind(*key)
+            .push_bind(job.spec.priority as i64);
+    });
+    sql.push(" ON CONFLICT DO NOTHING RETURNING id");
+    Ok(())
 }
 
 /// The job a create collided with: the same id (a retried request) first, then the same key

@@ -5,10 +5,10 @@
 //! owner (every write transaction starts by checking the epoch in `shard_meta`).
 //!
 //! One set of queries serves both backends through sqlx's `Any` driver: placeholders are `$n`
-//! (SQLite reads them by number too; statements built for many rows use [`Params`] instead, and
-//! those of tenant moves sqlx's `QueryBuilder`, see `moves::statement`), integers are 64-bit,
-//! and the only backend-specific SQL outside the two migration folders is
-//! `json_rows_of`'s aggregate and SQLite's one-trip transactions (`one_trip`: a whole write
+//! (SQLite reads them by number too; statements built for many rows are written with their
+//! values by one builder, `sql::Sql`), integers are 64-bit, and the only backend-specific SQL
+//! outside the two migration folders is `json_rows_of`'s aggregate and SQLite's one-trip
+//! transactions (`one_trip`: a whole write
 //! transaction as one multi-statement string, for creates and ack marking). It must not know
 //! about NATS, the wheel or the clock: callers pass `now`.
 
@@ -20,6 +20,7 @@ mod moves;
 mod one_trip;
 mod outbox;
 mod results;
+mod sql;
 mod tenants;
 mod tickets;
 mod views;
@@ -331,119 +332,6 @@ impl Store {
     }
 }
 
-/// Parameters one multi-row statement binds at most: a few hundred keep a statement's binding
-/// and its rows well below a round trip, and both backends far from their limits.
-const STATEMENT_PARAMS: usize = 480;
-
-/// Rows of `cols` columns per multi-row statement (see `STATEMENT_PARAMS`).
-const fn rows_per_statement(cols: usize) -> usize {
-    let rows = STATEMENT_PARAMS / cols;
-    if rows == 0 {
-        1
-    } else {
-        rows
-    }
-}
-
-/// The placeholders of one statement built for many rows, handed out in the order they are
-/// written, which must be the order their values are bound: `$1, $2, …` on Postgres and
-/// anonymous `?` on SQLite.
-///
-/// Why not `$n` on SQLite too: SQLite treats `$n` as a named parameter, and sqlx binds each
-/// parameter after asking SQLite for its name, which SQLite finds by a linear scan of the
-/// statement's named parameters. Binding n of them is O(n²): a 480-parameter statement scans
-/// about 115,000 entries, and `sqlite3_bind_parameter_name` was 4% of `chronoshard dev`'s CPU
-/// while firing and applying results (perf, 2026-11-30). Anonymous `?`s have no name to look for,
-/// and sqlx numbers them in order. sqlx mis-numbers a statement that mixes the two kinds, so a
-/// statement takes all its placeholders from one `Params`.
-pub(super) struct Params {
-    anonymous: bool,
-    next: usize,
-}
-
-impl Params {
-    pub(super) fn new(conn: &AnyConnection) -> Params {
-        Params {
-            anonymous: is_sqlite(conn),
-            next: 1,
-        }
-    }
-
-    /// SQLite's `?`s, for a statement built before a connection is at hand.
-    pub(super) fn anonymous() -> Params {
-        Params {
-            anonymous: true,
-            next: 1,
-        }
-    }
-
-    /// The next placeholder.
-    pub(super) fn one(&mut self) -> String {
-        let mut out = String::with_capacity(4);
-        self.push(&mut out);
-        out
-    }
-
-    /// `n` placeholders separated by commas.
-    pub(super) fn list(&mut self, n: usize) -> String {
-        let mut out = String::with_capacity(n * self.width());
-        self.push_list(&mut out, n);
-        out
-    }
-
-    /// `json_rows_of` for the backend these placeholders are for.
-    pub(super) fn json_rows_of(&self, cols: &str) -> String {
-        json_select(self.anonymous, cols)
-    }
-
-    /// `(…), (…), …`: `rows` rows of `cols` placeholders, for a multi-row `VALUES`.
-    ///
-    /// Written into one buffer: the fire and result paths build statements of up to
-    /// `STATEMENT_PARAMS` placeholders for every batch, and a string per placeholder and per row
-    /// took 18 µs for one 480-placeholder statement where this takes 1 µs (commit 4756dcd).
-    pub(super) fn rows(&mut self, rows: usize, cols: usize) -> String {
-        let mut out = String::with_capacity(rows * (cols * self.width() + 4));
-        for r in 0..rows {
-            if r > 0 {
-                out.push_str(", ");
-            }
-            out.push('(');
-            self.push_list(&mut out, cols);
-            out.push(')');
-        }
-        out
-    }
-
-    fn push(&mut self, out: &mut String) {
-        use std::fmt::Write;
-        let n = self.next;
-        self.next += 1;
-        if self.anonymous {
-            out.push('?');
-        } else {
-            let _ = write!(out, "${n}");
-        }
-    }
-
-    fn push_list(&mut self, out: &mut String, n: usize) {
-        for i in 0..n {
-            if i > 0 {
-                out.push_str(", ");
-            }
-            self.push(out);
-        }
-    }
-
-    /// About how many bytes a placeholder takes with its separator.
-    fn width(&self) -> usize {
-        if self.anonymous {
-            3
-        } else {
-            6
-        }
-    }
-}
-
 fn is_sqlite(conn: &AnyConnection) -> bool {
     conn.backend_name() == <Sqlite as Database>::NAME
 }
@@ -455,10 +343,6 @@ fn is_sqlite(conn: &AnyConnection) -> bool {
 /// those hand-overs cost more than the query (128 jobs read by id: 8.6 µs a row as rows, 5.4 µs
 /// as one JSON value, their specs parsed in both; `sqlite3_step` was under half of the shard
 /// node's SQLite threads while firing).
-pub(super) fn json_rows_of(conn: &AnyConnection, cols: &str) -> String {
-    json_select(is_sqlite(conn), cols)
-}
-
 fn json_select(sqlite: bool, cols: &str) -> String {
     if sqlite {
         format!("json_group_array(json_array({cols}))")

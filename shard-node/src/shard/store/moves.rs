@@ -14,13 +14,14 @@
 use std::collections::BTreeMap;
 
 pub use chronoshard_wire::growth::{Cell, ExportCursor, KeyMove, MovePage, MovedTable};
-use sqlx::{
-    any::AnyArguments, query::Query, query_builder::Separated, Any, AnyConnection, Execute,
-    QueryBuilder, Row,
-};
+use sqlx::{query_builder::Separated, Any, AnyConnection, QueryBuilder, Row};
 use uuid::Uuid;
 
-use super::{is_sqlite, parse_uuid, rows_per_statement, Result, Store, StoreError, Tx};
+use super::{
+    parse_uuid,
+    sql::{rows_per_statement, Sql},
+    Result, Store, StoreError, Tx,
+};
 
 /// The length of a cell's JSON, as serde_json writes it: what the cell adds to a page.
 pub(super) fn json_len(cell: &Cell) -> usize {
@@ -310,45 +311,6 @@ fn bind_cell<'a>(list: &mut Separated<'_, 'a, Any, &'static str>, cell: &'a Cell
     };
 }
 
-/// The SQL and arguments of a statement built with `QueryBuilder`, for `conn`'s backend.
-///
-/// `QueryBuilder<Any>` writes every placeholder as `?`, since `Any`'s arguments do not know which
-/// backend they are for. SQLite takes `?` as it is (and binds it faster than `$n`, see `Params`);
-/// Postgres numbers its parameters, so there they are renumbered. The statements built here are
-/// made of keywords, the names in `TABLES` and placeholders only, so every `?` is a placeholder.
-fn statement<'q, 'a: 'q>(
-    conn: &AnyConnection,
-    qb: &'q mut QueryBuilder<'a, Any>,
-) -> (String, AnyArguments<'q>) {
-    let sql = if is_sqlite(conn) {
-        qb.sql().to_owned()
-    } else {
-        numbered(qb.sql())
-    };
-    let mut query: Query<'q, Any, AnyArguments<'q>> = qb.build();
-    let args = query
-        .take_arguments()
-        .expect("QueryBuilder encodes its arguments as they are pushed")
-        .unwrap_or_default();
-    (sql, args)
-}
-
-/// `sql` with its `?` placeholders written `$1`, `$2`, … in order.
-pub(super) fn numbered(sql: &str) -> String {
-    use std::fmt::Write;
-    let mut out = String::with_capacity(sql.len() + sql.len() / 4);
-    let mut n = 0;
-    for c in sql.chars() {
-        if c == '?' {
-            n += 1;
-            let _ = write!(out, "${n}");
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// Rows read per query by an export at first; each further read of the same call doubles it, up
 /// to `MAX_READ`. A call stops at the first row that does not fit, and the rows read after it are
 /// read again by the next call: small first reads waste little when rows are large.
@@ -534,15 +496,15 @@ impl Store {
             _ => {}
         }
         for chunk in rows.chunks(rows_per_statement(def.columns.len())) {
-            let mut qb =
-                QueryBuilder::new(format!("INSERT INTO {} ({}) ", def.name, def.column_list()));
+            let mut qb = Sql::new(tx);
+            qb.push(format!("INSERT INTO {} ({}) ", def.name, def.column_list()));
             qb.push_values(chunk, |mut list, row| {
                 for (cell, (_, kind)) in row.iter().zip(def.columns) {
                     bind_cell(&mut list, cell, *kind);
                 }
             });
             qb.push(" ON CONFLICT DO NOTHING");
-            let (sql, args) = statement(tx, &mut qb);
+            let (sql, args) = qb.build();
             out.rows += sqlx::query_with(&sql, args)
                 .execute(&mut **tx)
                 .await?
@@ -591,8 +553,8 @@ impl Store {
         }
         let mut tx = self.write().await?;
         for chunk in moves.chunks(rows_per_statement(4)) {
-            let mut qb =
-                QueryBuilder::new("INSERT INTO key_moves (key, target, state, updated_at) ");
+            let mut qb = Sql::new(&tx);
+            qb.push("INSERT INTO key_moves (key, target, state, updated_at) ");
             qb.push_values(chunk, |mut row, m| {
                 row.push_bind(i64::from(m.key))
                     .push_bind(i64::from(m.target))
@@ -603,7 +565,7 @@ impl Store {
                 " ON CONFLICT (key) DO UPDATE SET target = excluded.target, \
                  state = excluded.state, updated_at = excluded.updated_at",
             );
-            let (sql, args) = statement(&tx, &mut qb);
+            let (sql, args) = qb.build();
             sqlx::query_with(&sql, args).execute(&mut *tx).await?;
         }
         tx.commit().await?;
@@ -624,9 +586,10 @@ impl Store {
         let mut deleted = 0;
         if !tenants.is_empty() {
             for def in TABLES.iter().rev() {
-                let mut qb = QueryBuilder::new(format!("DELETE FROM {} WHERE ", def.name));
+                let mut qb = Sql::new(&tx);
+                qb.push(format!("DELETE FROM {} WHERE ", def.name));
                 def.push_owned_by(&mut qb, tenants);
-                let (sql, args) = statement(&tx, &mut qb);
+                let (sql, args) = qb.build();
                 deleted += sqlx::query_with(&sql, args)
                     .execute(&mut *tx)
                     .await?
@@ -676,7 +639,8 @@ async fn read_rows(
     after: Option<&[Cell]>,
     limit: usize,
 ) -> Result<Vec<Vec<Cell>>> {
-    let mut qb = QueryBuilder::new(format!(
+    let mut qb = Sql::new(conn);
+    qb.push(format!(
         "SELECT {} FROM {} WHERE ",
         def.column_list(),
         def.name
@@ -692,7 +656,7 @@ async fn read_rows(
     }
     qb.push(format!(" ORDER BY {} LIMIT ", def.key_list()));
     qb.push_bind(limit as i64);
-    let (sql, args) = statement(conn, &mut qb);
+    let (sql, args) = qb.build();
     let rows = sqlx::query_with(&sql, args).fetch_all(&mut *conn).await?;
     rows.iter().map(|r| def.decode(r)).collect()
 }

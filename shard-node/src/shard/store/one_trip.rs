@@ -30,25 +30,16 @@ use sqlx::{
     Any, Executor,
 };
 
-use super::{Params, Result, Store, StoreError};
+use super::{sql::Sql, Result, Store, StoreError};
 
-/// The body of a trip: the statement of each of `items` (its SQL with SQLite's `?`s), in order.
-/// Bind their values in the same order.
-pub(super) fn statements<T>(items: &[T], sql: impl Fn(&T, &mut Params) -> String) -> String {
-    items
-        .iter()
-        .map(|i| sql(i, &mut Params::anonymous()))
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-/// The opening of a one-trip transaction; its placeholder takes the store's epoch. A missing
-/// `shard_meta` row counts as fenced, as in `Store::write`, and so does a missing epoch value
-/// (`IS NOT`: a NULL bound by mistake fails the check instead of passing it).
-const OPEN: &str = "BEGIN IMMEDIATE; \
-    UPDATE OR ROLLBACK shard_meta SET epoch = NULL WHERE id = 1 AND epoch IS NOT ?; \
+/// The opening of a one-trip transaction, around the store's epoch. A missing `shard_meta` row
+/// counts as fenced, as in `Store::write`, and so does a missing epoch value (`IS NOT`: a NULL
+/// bound by mistake fails the check instead of passing it).
+const OPEN_BEFORE_EPOCH: &str = "BEGIN IMMEDIATE; \
+    UPDATE OR ROLLBACK shard_meta SET epoch = NULL WHERE id = 1 AND epoch IS NOT ";
+const OPEN_AFTER_EPOCH: &str = "; \
     INSERT OR ROLLBACK INTO shard_meta (id, shard, epoch, owner, opened_at) \
-    SELECT 1, NULL, NULL, NULL, NULL WHERE NOT EXISTS (SELECT 1 FROM shard_meta WHERE id = 1); ";
+    SELECT 1, NULL, NULL, NULL, NULL WHERE NOT EXISTS (SELECT 1 FROM shard_meta WHERE id = 1)";
 
 /// Closes the connection it holds when dropped armed: a call dropped while its transaction may
 /// be open must not hand that transaction to the next user of the pool.
@@ -91,46 +82,43 @@ impl Store {
         self.checkpointer.is_some()
     }
 
-    /// The query of a `one_trip_sql` string with the epoch check's value bound: bind the body's
-    /// values to it in order.
-    pub(super) fn one_trip_query<'q>(&self, sql: &'q str) -> Query<'q, Any, AnyArguments<'q>> {
-        sqlx::query(sql).bind(self.epoch as i64)
+    /// A one-trip transaction's opening, epoch check included: push its statements after it
+    /// (each begun with `Sql::statement`), then run it with `one_trip` or `open_trip`.
+    pub(super) fn trip<'q>(&self) -> Sql<'q> {
+        let mut sql = Sql::sqlite();
+        sql.push(OPEN_BEFORE_EPOCH)
+            .push_bind(self.epoch as i64)
+            .push(OPEN_AFTER_EPOCH);
+        sql
     }
 
-    /// The SQL of a one-trip transaction around `body` (statements separated by `;`, anonymous
-    /// `?` placeholders).
-    pub(super) fn one_trip_sql(body: &str) -> String {
-        format!("{OPEN}{body}; COMMIT")
-    }
-
-    /// Runs a `one_trip_sql` query and returns the rows its statements returned, in order.
-    /// Fenced when another owner's epoch is in the database (nothing was written).
-    pub(super) async fn one_trip<'q>(
-        &self,
-        q: Query<'q, Any, AnyArguments<'q>>,
-    ) -> Result<Vec<AnyRow>> {
+    /// Runs a `trip` and its statements, then `COMMIT`, in one trip; returns the rows its
+    /// statements returned, in order. Fenced when another owner's epoch is in the database
+    /// (nothing was written).
+    pub(super) async fn one_trip(&self, mut trip: Sql<'_>) -> Result<Vec<AnyRow>> {
+        trip.statement().push("COMMIT");
+        let (sql, args) = trip.build();
         let mut armed = Armed(Some(self.pool.acquire().await?));
-        let rows = self.run_armed(&mut armed, q).await?;
+        let rows = self
+            .run_armed(&mut armed, sqlx::query_with(&sql, args))
+            .await?;
         armed.release();
         Ok(rows)
     }
 
-    /// The SQL of the first trip of a two-trip transaction: the opening, then `body` (the
-    /// reads), with the transaction left open. Its query is `one_trip_query`'s.
-    pub(super) fn open_trip_sql(body: &str) -> String {
-        format!("{OPEN}{body}")
-    }
-
-    /// Runs an `open_trip_sql` query whose body is `reads` statements returning one row each
-    /// (e.g. a `json_rows_of` select): returns the open transaction and those rows, in order.
-    /// Fenced when another owner's epoch is in the database.
-    pub(super) async fn open_trip<'q>(
+    /// Runs a `trip` whose statements are `reads` returning one row each (e.g. a
+    /// `json_rows_of` select) and leaves the transaction open: returns it and those rows, in
+    /// order. Fenced when another owner's epoch is in the database.
+    pub(super) async fn open_trip(
         &self,
-        q: Query<'q, Any, AnyArguments<'q>>,
+        mut trip: Sql<'_>,
         reads: usize,
     ) -> Result<(OpenTrip<'_>, Vec<AnyRow>)> {
+        let (sql, args) = trip.build();
         let mut armed = Armed(Some(self.pool.acquire().await?));
-        let rows = self.run_armed(&mut armed, q).await?;
+        let rows = self
+            .run_armed(&mut armed, sqlx::query_with(&sql, args))
+            .await?;
         if rows.len() != reads {
             // dropped armed: the connection closes, and the transaction with it
             return Err(StoreError::Corrupt(format!(
@@ -190,36 +178,30 @@ impl Store {
 }
 
 impl OpenTrip<'_> {
-    /// The SQL of the second trip: `body` (the writes; may be empty), then `COMMIT`. Bind the
-    /// body's values to `sqlx::query` of it in order (no epoch: the first trip checked it).
-    pub(super) fn commit_sql(body: &str) -> String {
-        if body.is_empty() {
-            "COMMIT".to_string()
-        } else {
-            format!("{body}; COMMIT")
-        }
-    }
-
-    /// Runs writes (`statements`, no `COMMIT`) whose row count the caller checks before it
-    /// commits: returns the transaction, still open, and the rows they changed. A trip of its
-    /// own, so a wrong count can still be rolled back (drop the transaction). After an error
-    /// there is no transaction left.
-    pub(super) async fn write<'q>(
-        mut self,
-        q: Query<'q, Any, AnyArguments<'q>>,
-    ) -> Result<(Self, u64)> {
-        match q.execute(&mut **self.armed.conn()).await {
+    /// Runs writes (`Sql::sqlite` statements, no `COMMIT`) whose row count the caller checks
+    /// before it commits: returns the transaction, still open, and the rows they changed. A trip
+    /// of its own, so a wrong count can still be rolled back (drop the transaction). After an
+    /// error there is no transaction left.
+    pub(super) async fn write(mut self, mut writes: Sql<'_>) -> Result<(Self, u64)> {
+        let (sql, args) = writes.build();
+        match sqlx::query_with(&sql, args)
+            .execute(&mut **self.armed.conn())
+            .await
+        {
             Ok(done) => Ok((self, done.rows_affected())),
             Err(e) => Err(self.store.failed(&mut self.armed, e).await),
         }
     }
 
-    /// Runs a `commit_sql` query: the writes are committed, or none of the transaction is.
-    pub(super) async fn commit<'q>(
-        mut self,
-        q: Query<'q, Any, AnyArguments<'q>>,
-    ) -> Result<Vec<AnyRow>> {
-        let rows = self.store.run_armed(&mut self.armed, q).await?;
+    /// Runs `writes` (`Sql::sqlite` statements, possibly none) and `COMMIT` in one trip: the
+    /// writes are committed, or none of the transaction is.
+    pub(super) async fn commit(mut self, mut writes: Sql<'_>) -> Result<Vec<AnyRow>> {
+        writes.statement().push("COMMIT");
+        let (sql, args) = writes.build();
+        let rows = self
+            .store
+            .run_armed(&mut self.armed, sqlx::query_with(&sql, args))
+            .await?;
         self.armed.release();
         Ok(rows)
     }

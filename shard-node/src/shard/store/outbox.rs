@@ -3,11 +3,14 @@
 //! lost-ticket sweep to check and send again.
 
 use chronoshard_wire::Ticket;
-use sqlx::{any::AnyArguments, query::Query, Any, Row};
+use sqlx::Row;
 use uuid::Uuid;
 
 use super::{
-    one_trip, parse_uuid, rows_per_statement, views::ticket_from_json, Params, Result, Store,
+    parse_uuid,
+    sql::{rows_per_statement, Sql},
+    views::ticket_from_json,
+    Result, Store,
 };
 
 /// A ticket attempt to publish, with how often the lost-ticket sweep has sent it already.
@@ -53,22 +56,19 @@ impl Store {
         }
         let chunks = acked.chunks(rows_per_statement(3));
         if self.one_trip_available() {
-            let chunks: Vec<&[Acked]> = chunks.collect();
-            let sql =
-                Store::one_trip_sql(&one_trip::statements(&chunks, |c, p| mark_sql(p, c.len())));
-            let mut q = self.one_trip_query(&sql);
+            let mut trip = self.trip();
             for chunk in chunks {
-                q = bind_marks(q, chunk, now);
+                push_marks(&mut trip, chunk, now);
             }
-            self.one_trip(q).await?;
+            self.one_trip(trip).await?;
             return Ok(());
         }
         let mut tx = self.write().await?;
         for chunk in chunks {
-            let sql = mark_sql(&mut Params::new(&tx), chunk.len());
-            bind_marks(sqlx::query(&sql), chunk, now)
-                .execute(&mut *tx)
-                .await?;
+            let mut sql = Sql::new(&tx);
+            push_marks(&mut sql, chunk, now);
+            let (text, args) = sql.build();
+            sqlx::query_with(&text, args).execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -217,29 +217,20 @@ fn outgoing_from_row(r: &sqlx::any::AnyRow) -> Result<Outgoing> {
     })
 }
 
-/// The update that records `rows` acks (bind them with `bind_marks`).
-fn mark_sql(p: &mut Params, rows: usize) -> String {
+/// The update that records acks.
+fn push_marks(sql: &mut Sql<'_>, acked: &[Acked], now: i64) {
     // VALUES columns are `column1..3` on both backends.
-    format!(
-        "UPDATE attempts SET published_at = {}, publish_seq = v.column3 FROM (VALUES {}) AS v \
-         WHERE attempts.ticket_id = v.column1 AND attempts.attempt = v.column2 \
+    sql.statement()
+        .push("UPDATE attempts SET published_at = ")
+        .push_bind(now)
+        .push(", publish_seq = v.column3 FROM (");
+    sql.push_values(acked, |mut row, a| {
+        row.push_bind(a.ticket.to_string())
+            .push_bind(a.attempt as i64)
+            .push_bind(a.seq as i64);
+    });
+    sql.push(
+        ") AS v WHERE attempts.ticket_id = v.column1 AND attempts.attempt = v.column2 \
          AND attempts.published_at IS NULL",
-        p.one(),
-        p.rows(rows, 3)
-    )
-}
-
-fn bind_marks<'q>(
-    mut q: Query<'q, Any, AnyArguments<'q>>,
-    acked: &[Acked],
-    now: i64,
-) -> Query<'q, Any, AnyArguments<'q>> {
-    q = q.bind(now);
-    for a in acked {
-        q = q
-            .bind(a.ticket.to_string())
-            .bind(a.attempt as i64)
-            .bind(a.seq as i64);
-    }
-    q
+    );
 }

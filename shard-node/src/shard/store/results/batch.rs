@@ -21,8 +21,8 @@ use super::{
 use crate::shard::{
     retry,
     store::{
-        one_trip::{self, OpenTrip},
         parse_uuid,
+        sql::Sql,
         views::{run_status, status_of},
         Result, Store, StoreError, Tx,
     },
@@ -48,11 +48,11 @@ pub(super) async fn apply_in_two_trips(
 ) -> Result<Applied> {
     let (ids, failing) = wanted(results);
     let reads = rows::reads(&ids, &failing);
-    let sql = Store::open_trip_sql(&one_trip::statements(&reads, rows::Read::sql));
-    let q = reads
-        .iter()
-        .fold(store.one_trip_query(&sql), |q, r| r.bind(q));
-    let (open, found) = store.open_trip(q, reads.len()).await?;
+    let mut trip = store.trip();
+    for r in &reads {
+        r.push(&mut trip);
+    }
+    let (open, found) = store.open_trip(trip, reads.len()).await?;
     let mut fetched = rows::Fetched::default();
     for (r, row) in reads.iter().zip(&found) {
         r.parse(row, &mut fetched)?;
@@ -60,9 +60,11 @@ pub(super) async fn apply_in_two_trips(
     let b = Batch::applied(fetched, results, now)?;
     let changed = b.changed();
     let writes = changed.writes();
-    let sql = OpenTrip::commit_sql(&one_trip::statements(&writes, rows::Write::sql));
-    let q = writes.iter().fold(sqlx::query(&sql), |q, w| w.bind(q, now));
-    open.commit(q).await?;
+    let mut sql = Sql::sqlite();
+    for w in &writes {
+        w.push(&mut sql, now);
+    }
+    open.commit(sql).await?;
     Ok(b.out)
 }
 

@@ -3,8 +3,8 @@
 //! and for failures the retry policy), each returning its rows as one JSON value, and one
 //! multi-row statement per table and chunk for what changed. Every statement is a round trip (to
 //! SQLite's worker thread, or over the network to Postgres) when run on its own, as `read` and
-//! `write` do; on SQLite the caller joins all the reads into one string and all the writes into
-//! another (`Read::sql`, `Write::sql`, bound in the same order), two trips in all.
+//! `write` do; on SQLite the caller pushes all the reads into one string and all the writes into
+//! another (`Read::push`, `Write::push`), two trips in all.
 //!
 //! It decides nothing: `batch` applies the rules to these rows. Writes go by primary key and
 //! carry the rows' new values, which is right only because the caller's transaction has held the
@@ -12,17 +12,14 @@
 
 use std::collections::HashMap;
 
-use sqlx::{
-    any::{AnyArguments, AnyRow},
-    query::Query,
-    Any, Row,
-};
+use sqlx::{any::AnyRow, Row};
 use uuid::Uuid;
 
-use super::super::{json_rows, parse_uuid, rows_per_statement, Params, Result, Tx};
-
-/// A query being built: its SQL and the values bound to it so far.
-pub(super) type Q<'q> = Query<'q, Any, AnyArguments<'q>>;
+use super::super::{
+    json_rows, parse_uuid,
+    sql::{rows_per_statement, Sql},
+    Result, Tx,
+};
 
 /// Ids per `IN (…)` list.
 const ID_CHUNK: usize = 256;
@@ -127,48 +124,39 @@ pub(super) fn reads<'a>(ids: &'a [String], failing: &'a [String]) -> Vec<Read<'a
 pub(super) async fn read(tx: &mut Tx, reads: &[Read<'_>]) -> Result<Fetched> {
     let mut out = Fetched::default();
     for r in reads {
-        let sql = r.sql(&mut Params::new(tx));
-        let row = r.bind(sqlx::query(&sql)).fetch_one(&mut **tx).await?;
+        let mut sql = Sql::new(tx);
+        r.push(&mut sql);
+        let (text, args) = sql.build();
+        let row = sqlx::query_with(&text, args).fetch_one(&mut **tx).await?;
         r.parse(&row, &mut out)?;
     }
     Ok(out)
 }
 
 impl<'a> Read<'a> {
-    pub fn sql(&self, p: &mut Params) -> String {
-        match self.table {
-            Table::Tickets => format!(
-                "SELECT {} \
-                 FROM tickets t JOIN tickets i ON i.job_id = t.job_id AND i.scheduled_at = t.scheduled_at \
+    /// Pushes this read as a statement of its own.
+    pub fn push(&self, sql: &mut Sql<'a>) {
+        let (cols, from) = match self.table {
+            Table::Tickets => (
+                "i.id, i.job_id, i.scheduled_at, i.status, i.attempt, i.timeout_ms, r.reason, \
+                 j.buffered_at",
+                " FROM tickets t JOIN tickets i ON i.job_id = t.job_id AND i.scheduled_at = t.scheduled_at \
                  LEFT JOIN runs r ON r.job_id = i.job_id AND r.scheduled_at = i.scheduled_at \
-                 LEFT JOIN jobs j ON j.id = i.job_id WHERE t.id IN ({})",
-                p.json_rows_of("i.id, i.job_id, i.scheduled_at, i.status, i.attempt, i.timeout_ms, r.reason, j.buffered_at"),
-                p.list(self.ids.len())
+                 LEFT JOIN jobs j ON j.id = i.job_id WHERE t.id IN (",
             ),
-            Table::Attempts => format!(
-                "SELECT {} FROM attempts WHERE ticket_id IN ({})",
-                p.json_rows_of(
-                    "ticket_id, attempt, status, published_at, started_at, finished_at, worker, error, \
-                     http_status, output, heartbeat_at"
-                ),
-                p.list(self.ids.len())
+            Table::Attempts => (
+                "ticket_id, attempt, status, published_at, started_at, finished_at, worker, error, \
+                 http_status, output, heartbeat_at",
+                " FROM attempts WHERE ticket_id IN (",
             ),
-            Table::Failures => format!(
-                "SELECT {} FROM tickets t LEFT JOIN jobs j ON j.id = t.job_id WHERE t.id IN ({})",
-                p.json_rows_of("t.id, t.attempt_base, t.body, t.checkpoint, j.spec, j.state"),
-                p.list(self.ids.len())
+            Table::Failures => (
+                "t.id, t.attempt_base, t.body, t.checkpoint, j.spec, j.state",
+                " FROM tickets t LEFT JOIN jobs j ON j.id = t.job_id WHERE t.id IN (",
             ),
-        }
-    }
-
-    pub fn bind<'q>(&self, mut q: Q<'q>) -> Q<'q>
-    where
-        'a: 'q,
-    {
-        for id in self.ids {
-            q = q.bind(id.as_str());
-        }
-        q
+        };
+        sql.statement().push("SELECT ");
+        sql.json_rows_of(cols).push(from);
+        sql.list(self.ids.iter().map(String::as_str)).push(")");
     }
 
     /// Adds the rows of this read's result row to `into`.
@@ -324,108 +312,104 @@ pub(super) fn writes<'a>(
 /// Runs `writes` one statement each, in `tx`.
 pub(super) async fn write(tx: &mut Tx, writes: &[Write<'_>], now: i64) -> Result<()> {
     for w in writes {
-        let sql = w.sql(&mut Params::new(tx));
-        w.bind(sqlx::query(&sql), now).execute(&mut **tx).await?;
+        let mut sql = Sql::new(tx);
+        w.push(&mut sql, now);
+        let (text, args) = sql.build();
+        sqlx::query_with(&text, args).execute(&mut **tx).await?;
     }
     Ok(())
 }
 
 impl<'a> Write<'a> {
-    pub fn sql(&self, p: &mut Params) -> String {
-        match self {
-            Write::InsertAttempts(rows) => format!(
-                "INSERT INTO attempts (ticket_id, attempt, status, created_at, not_before, published_at, \
-                 started_at, finished_at, worker, error, http_status, output, heartbeat_at) VALUES {} \
-                 ON CONFLICT DO NOTHING",
-                p.rows(rows.len(), 13)
-            ),
-            // VALUES columns are `column1..n` on both backends.
-            Write::UpdateAttempts(rows) => format!(
-                "UPDATE attempts SET status = v.column3, published_at = v.column4, started_at = v.column5, \
-                 finished_at = v.column6, worker = v.column7, error = v.column8, http_status = v.column9, \
-                 output = v.column10, heartbeat_at = v.column11 FROM (VALUES {}) AS v \
-                 WHERE attempts.ticket_id = v.column1 AND attempts.attempt = v.column2",
-                p.rows(rows.len(), 11)
-            ),
-            Write::Tickets(rows) => format!(
-                "UPDATE tickets SET status = v.column2, attempt = v.column3, \
-                 checkpoint = COALESCE(v.column4, tickets.checkpoint), dead_at = COALESCE(v.column5, tickets.dead_at), \
-                 body = COALESCE(v.column6, tickets.body), updated_at = COALESCE(v.column7, tickets.updated_at) \
-                 FROM (VALUES {}) AS v WHERE tickets.id = v.column1",
-                p.rows(rows.len(), 7)
-            ),
-            Write::Runs(rows) => format!(
-                "UPDATE runs SET status = v.column3, attempts = v.column4, reason = v.column5, updated_at = {} \
-                 FROM (VALUES {}) AS v WHERE runs.job_id = v.column1 AND runs.scheduled_at = v.column2",
-                p.one(),
-                p.rows(rows.len(), 5)
-            ),
-        }
-    }
-
-    /// Binds this statement's values, in the order of its `sql`, after those `q` has.
-    pub fn bind<'q>(&self, mut q: Q<'q>, now: i64) -> Q<'q>
-    where
-        'a: 'q,
-    {
+    /// Pushes this write as a statement of its own.
+    pub fn push(&self, sql: &mut Sql<'a>, now: i64) {
+        sql.statement();
         match *self {
             Write::InsertAttempts(rows) => {
-                for ((ticket, attempt), a) in rows {
-                    q = q
-                        .bind(ticket.to_string())
-                        .bind(*attempt)
-                        .bind(a.status.as_str())
-                        .bind(now)
-                        .bind(a.inserted.flatten());
-                    q = bind_progress(q, a);
-                }
+                sql.push(
+                    "INSERT INTO attempts (ticket_id, attempt, status, created_at, not_before, \
+                     published_at, started_at, finished_at, worker, error, http_status, output, \
+                     heartbeat_at) ",
+                );
+                sql.push_values(rows, |mut row, ((ticket, attempt), a)| {
+                    row.push_bind(ticket.to_string())
+                        .push_bind(*attempt)
+                        .push_bind(a.status.as_str())
+                        .push_bind(now)
+                        .push_bind(a.inserted.flatten());
+                    push_progress(&mut row, a);
+                });
+                sql.push(" ON CONFLICT DO NOTHING");
             }
+            // VALUES columns are `column1..n` on both backends.
             Write::UpdateAttempts(rows) => {
-                for ((ticket, attempt), a) in rows {
-                    q = q
-                        .bind(ticket.to_string())
-                        .bind(*attempt)
-                        .bind(a.status.as_str());
-                    q = bind_progress(q, a);
-                }
+                sql.push(
+                    "UPDATE attempts SET status = v.column3, published_at = v.column4, \
+                     started_at = v.column5, finished_at = v.column6, worker = v.column7, \
+                     error = v.column8, http_status = v.column9, output = v.column10, \
+                     heartbeat_at = v.column11 FROM (",
+                );
+                sql.push_values(rows, |mut row, ((ticket, attempt), a)| {
+                    row.push_bind(ticket.to_string())
+                        .push_bind(*attempt)
+                        .push_bind(a.status.as_str());
+                    push_progress(&mut row, a);
+                });
+                sql.push(
+                    ") AS v WHERE attempts.ticket_id = v.column1 AND attempts.attempt = v.column2",
+                );
             }
             Write::Tickets(rows) => {
-                for (id, t) in rows {
-                    q = q
-                        .bind(id.to_string())
-                        .bind(t.status.as_str())
-                        .bind(t.attempt)
-                        .bind(t.checkpoint.as_deref())
-                        .bind(t.dead_at)
-                        .bind(t.body.as_deref())
-                        .bind(t.touched.then_some(now));
-                }
+                sql.push(
+                    "UPDATE tickets SET status = v.column2, attempt = v.column3, \
+                     checkpoint = COALESCE(v.column4, tickets.checkpoint), \
+                     dead_at = COALESCE(v.column5, tickets.dead_at), \
+                     body = COALESCE(v.column6, tickets.body), \
+                     updated_at = COALESCE(v.column7, tickets.updated_at) FROM (",
+                );
+                sql.push_values(rows, |mut row, (id, t)| {
+                    row.push_bind(id.to_string())
+                        .push_bind(t.status.as_str())
+                        .push_bind(t.attempt)
+                        .push_bind(t.checkpoint.as_deref())
+                        .push_bind(t.dead_at)
+                        .push_bind(t.body.as_deref())
+                        .push_bind(t.touched.then_some(now));
+                });
+                sql.push(") AS v WHERE tickets.id = v.column1");
             }
             Write::Runs(rows) => {
-                q = q.bind(now);
-                for ((job, at), r) in rows {
-                    q = q
-                        .bind(job.as_str())
-                        .bind(*at)
-                        .bind(r.status)
-                        .bind(r.attempts)
-                        .bind(r.reason.as_deref());
-                }
+                sql.push(
+                    "UPDATE runs SET status = v.column3, attempts = v.column4, \
+                     reason = v.column5, updated_at = ",
+                )
+                .push_bind(now)
+                .push(" FROM (");
+                sql.push_values(rows, |mut row, ((job, at), r)| {
+                    row.push_bind(job.as_str())
+                        .push_bind(*at)
+                        .push_bind(r.status)
+                        .push_bind(r.attempts)
+                        .push_bind(r.reason.as_deref());
+                });
+                sql.push(") AS v WHERE runs.job_id = v.column1 AND runs.scheduled_at = v.column2");
             }
         }
-        q
     }
 }
 
 /// An attempt's columns from `published_at` to `heartbeat_at`, in the order both attempt
 /// statements list them.
-fn bind_progress<'q>(q: Q<'q>, a: &'q AttemptRow) -> Q<'q> {
-    q.bind(a.published_at)
-        .bind(a.started_at)
-        .bind(a.finished_at)
-        .bind(a.worker.as_deref())
-        .bind(a.error.as_deref())
-        .bind(a.http_status)
-        .bind(a.output.as_deref())
-        .bind(a.heartbeat_at)
+fn push_progress<'q>(
+    row: &mut sqlx::query_builder::Separated<'_, 'q, sqlx::Any, &'static str>,
+    a: &'q AttemptRow,
+) {
+    row.push_bind(a.published_at)
+        .push_bind(a.started_at)
+        .push_bind(a.finished_at)
+        .push_bind(a.worker.as_deref())
+        .push_bind(a.error.as_deref())
+        .push_bind(a.http_status)
+        .push_bind(a.output.as_deref())
+        .push_bind(a.heartbeat_at);
 }

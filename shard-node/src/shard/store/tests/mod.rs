@@ -568,24 +568,3 @@ store_tests!(
     idempotency_keys_return_the_first_job_or_refuse_a_different_one,
     creates_in_one_transaction_see_each_other,
 );
-
-/// Placeholders come out in binding order: anonymous on SQLite, numbered on Postgres, across
-/// `one`, `list` and `rows` of one statement.
-#[test]
-fn placeholders_are_written_in_binding_order() {
-    let mut p = Params::anonymous();
-    assert_eq!(p.one(), "?");
-    assert_eq!(p.list(3), "?, ?, ?");
-    assert_eq!(p.rows(2, 2), "(?, ?), (?, ?)");
-    assert_eq!(p.rows(0, 4), "");
-
-    let mut p = Params {
-        anonymous: false,
-        next: 1,
-    };
-    assert_eq!(p.one(), "$1");
-    assert_eq!(p.list(2), "$2, $3");
-    assert_eq!(p.rows(2, 3), "($4, $5, $6), ($7, $8, $9)");
-    assert_eq!(p.list(0), "");
-    assert_eq!(p.one(), "$10");
-}

@@ -5,7 +5,21 @@
 use sqlx::{Connection, Executor};
 
 use super::*;
-use crate::shard::store::one_trip::OpenTrip;
+use crate::shard::store::sql::Sql;
+
+/// `body` pushed as one statement after what `sql` holds, its `?`s bound to `values` in order.
+fn with<'q>(mut sql: Sql<'q>, body: &str, values: &[&'q str]) -> Sql<'q> {
+    let parts: Vec<&str> = body.split('?').collect();
+    assert_eq!(parts.len(), values.len() + 1, "one value per placeholder");
+    sql.statement();
+    for (i, part) in parts.iter().enumerate() {
+        sql.push(part);
+        if let Some(v) = values.get(i) {
+            sql.push_bind(*v);
+        }
+    }
+    sql
+}
 
 /// A paused tenant written first, then a statement that fails (a job without its NOT NULL
 /// columns): the first write must not survive.
@@ -29,8 +43,10 @@ async fn takes_a_write(s: &Store) {
 async fn a_failed_statement_rolls_back_the_writes_before_it() {
     let db = TestDb::sqlite();
     let s = open(&db, 1).await.unwrap();
-    let sql = Store::one_trip_sql(FAILS_AFTER_A_WRITE);
-    let Err(err) = s.one_trip(s.one_trip_query(&sql).bind("t")).await else {
+    let Err(err) = s
+        .one_trip(with(s.trip(), FAILS_AFTER_A_WRITE, &["t"]))
+        .await
+    else {
         panic!("a job without a tenant was written");
     };
     assert!(matches!(err, StoreError::Db(_)), "not fenced: {err}");
@@ -45,12 +61,14 @@ async fn a_failed_statement_rolls_back_the_writes_before_it() {
 async fn a_call_dropped_midway_leaves_no_transaction_open() {
     let db = TestDb::sqlite();
     let s = open(&db, 1).await.unwrap();
-    let sql = Store::one_trip_sql(
+    let trip = with(
+        s.trip(),
         "INSERT INTO paused_tenants (tenant, paused_at) VALUES (?, 1); \
          WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 5000000) \
          SELECT COUNT(*) FROM c",
+        &["t"],
     );
-    let mut call = Box::pin(s.one_trip(s.one_trip_query(&sql).bind("t")));
+    let mut call = Box::pin(s.one_trip(trip));
     // Polled until SQLite runs it (its transaction holds the write lock), then dropped.
     let Databases::Sqlite(dir) = &db.dbs else {
         unreachable!("one-trip transactions are SQLite's")
@@ -88,14 +106,17 @@ const WRITES_IN_THE_FIRST_TRIP: &str =
 async fn a_failed_second_trip_rolls_back_the_first() {
     let db = TestDb::sqlite();
     let s = open(&db, 1).await.unwrap();
-    let sql = Store::open_trip_sql(WRITES_IN_THE_FIRST_TRIP);
     let (open_tx, rows) = s
-        .open_trip(s.one_trip_query(&sql).bind("t"), 1)
+        .open_trip(with(s.trip(), WRITES_IN_THE_FIRST_TRIP, &["t"]), 1)
         .await
         .unwrap();
     assert_eq!(rows.len(), 1, "the first trip's rows come back");
-    let sql = OpenTrip::commit_sql("INSERT INTO jobs (id) VALUES ('no-tenant')");
-    let Err(err) = open_tx.commit(sqlx::query(&sql)).await else {
+    let writes = with(
+        Sql::sqlite(),
+        "INSERT INTO jobs (id) VALUES ('no-tenant')",
+        &[],
+    );
+    let Err(err) = open_tx.commit(writes).await else {
         panic!("a job without a tenant was written");
     };
     assert!(matches!(err, StoreError::Db(_)), "not fenced: {err}");
@@ -110,9 +131,8 @@ async fn a_failed_second_trip_rolls_back_the_first() {
 async fn a_transaction_dropped_between_its_trips_is_rolled_back() {
     let db = TestDb::sqlite();
     let s = open(&db, 1).await.unwrap();
-    let sql = Store::open_trip_sql(WRITES_IN_THE_FIRST_TRIP);
     let (open_tx, _) = s
-        .open_trip(s.one_trip_query(&sql).bind("t"), 1)
+        .open_trip(with(s.trip(), WRITES_IN_THE_FIRST_TRIP, &["t"]), 1)
         .await
         .unwrap();
     drop(open_tx);
@@ -129,13 +149,11 @@ async fn a_transaction_dropped_between_its_trips_is_rolled_back() {
 async fn a_second_trip_without_writes_commits() {
     let db = TestDb::sqlite();
     let s = open(&db, 1).await.unwrap();
-    let sql = Store::open_trip_sql(WRITES_IN_THE_FIRST_TRIP);
     let (open_tx, _) = s
-        .open_trip(s.one_trip_query(&sql).bind("t"), 1)
+        .open_trip(with(s.trip(), WRITES_IN_THE_FIRST_TRIP, &["t"]), 1)
         .await
         .unwrap();
-    let sql = OpenTrip::commit_sql("");
-    open_tx.commit(sqlx::query(&sql)).await.unwrap();
+    open_tx.commit(Sql::sqlite()).await.unwrap();
     assert_eq!(paused(&s).await, 1);
 }
 
@@ -145,17 +163,17 @@ async fn a_second_trip_without_writes_commits() {
 async fn checked_writes_dropped_before_the_commit_are_rolled_back() {
     let db = TestDb::sqlite();
     let s = open(&db, 1).await.unwrap();
-    let sql = Store::open_trip_sql("SELECT COUNT(*) FROM jobs");
-    let (open_tx, _) = s.open_trip(s.one_trip_query(&sql), 1).await.unwrap();
+    let (open_tx, _) = s
+        .open_trip(with(s.trip(), "SELECT COUNT(*) FROM jobs", &[]), 1)
+        .await
+        .unwrap();
     let (open_tx, written) = open_tx
-        .write(
-            sqlx::query(
-                "INSERT INTO paused_tenants (tenant, paused_at) VALUES (?, 1); \
-                 INSERT INTO paused_tenants (tenant, paused_at) VALUES (?, 1)",
-            )
-            .bind("t")
-            .bind("u"),
-        )
+        .write(with(
+            Sql::sqlite(),
+            "INSERT INTO paused_tenants (tenant, paused_at) VALUES (?, 1); \
+             INSERT INTO paused_tenants (tenant, paused_at) VALUES (?, 1)",
+            &["t", "u"],
+        ))
         .await
         .unwrap();
     assert_eq!(written, 2, "the rows both statements changed");
@@ -169,10 +187,12 @@ async fn checked_writes_dropped_before_the_commit_are_rolled_back() {
 async fn checked_writes_that_fail_leave_nothing_behind() {
     let db = TestDb::sqlite();
     let s = open(&db, 1).await.unwrap();
-    let sql = Store::open_trip_sql("SELECT COUNT(*) FROM jobs");
-    let (open_tx, _) = s.open_trip(s.one_trip_query(&sql), 1).await.unwrap();
+    let (open_tx, _) = s
+        .open_trip(with(s.trip(), "SELECT COUNT(*) FROM jobs", &[]), 1)
+        .await
+        .unwrap();
     let Err(err) = open_tx
-        .write(sqlx::query(FAILS_AFTER_A_WRITE).bind("t"))
+        .write(with(Sql::sqlite(), FAILS_AFTER_A_WRITE, &["t"]))
         .await
     else {
         panic!("a job without a tenant was written");
