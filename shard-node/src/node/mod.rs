@@ -169,24 +169,7 @@ impl Node {
                 _ = shutdown.cancelled() => break,
                 _ = retry.tick() => self.reconcile(),
                 entry = next_entry(&mut watch) => match entry {
-                    Some(entry) => {
-                        let shard = entry.key.strip_prefix("shard.").and_then(|s| s.parse::<u32>().ok());
-                        match (entry.operation, serde_json::from_slice::<ShardAssignment>(&entry.value)) {
-                            (async_nats::jetstream::kv::Operation::Put, Ok(a)) if a.owner == self.opts.node_id => {
-                                self.desired.insert(a.shard, a.epoch);
-                            }
-                            // Another owner, or the assignment was deleted.
-                            _ => {
-                                if let Some(s) = shard {
-                                    self.desired.remove(&s);
-                                }
-                            }
-                        }
-                        // History replays several entries per key at once: act on the last.
-                        if entry.delta == 0 {
-                            self.reconcile();
-                        }
-                    }
+                    Some(entry) => self.on_assignment(entry),
                     None => watch = None,
                 },
             }
@@ -205,6 +188,34 @@ impl Node {
         let _ = heartbeat.await;
         let _ = self.membership.forget_node(&self.opts.node_id).await;
         info!("shard node stopped");
+    }
+
+    /// Follows one entry of the shard map: a shard assigned here is wanted, one assigned
+    /// elsewhere (or unassigned) is not.
+    fn on_assignment(&mut self, entry: async_nats::jetstream::kv::Entry) {
+        use async_nats::jetstream::kv::Operation;
+        let shard = entry
+            .key
+            .strip_prefix("shard.")
+            .and_then(|s| s.parse::<u32>().ok());
+        match (
+            entry.operation,
+            serde_json::from_slice::<ShardAssignment>(&entry.value),
+        ) {
+            (Operation::Put, Ok(a)) if a.owner == self.opts.node_id => {
+                self.desired.insert(a.shard, a.epoch);
+            }
+            // Another owner, or the assignment was deleted.
+            _ => {
+                if let Some(s) = shard {
+                    self.desired.remove(&s);
+                }
+            }
+        }
+        // History replays several entries per key at once: act on the last.
+        if entry.delta == 0 {
+            self.reconcile();
+        }
     }
 
     fn open_shards(&self) -> Vec<u32> {

@@ -15,10 +15,9 @@ use tracing::{debug, warn};
 use uuid::Uuid;
 
 use super::{
-    cancel,
-    fair::tenant_tag,
-    machine, plan, probe,
-    store::{Applied, DueRow, FireOutcome, FireRequest, Fired, FollowUp, JobRow, StoreError},
+    cancel, machine, plan, probe,
+    store::{Applied, FireOutcome, FireRequest, Fired, FollowUp, JobRow},
+    timers::{Due, Timer},
     watchdog, Shard, ShardError,
 };
 
@@ -30,93 +29,10 @@ const FIRE_BATCH: usize = 128;
 /// Batches fired before the loop serves a waiting API write or result again.
 const FIRE_BATCHES_PER_TURN: usize = 4;
 
-/// An entry of the shard's wheel: 32 bytes (a wheel entry with it: see the assertion below).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Timer {
-    /// A job's next occurrence; priority and a tenant tag order a storm of them.
-    Occurrence {
-        job: Uuid,
-        at: i64,
-        priority: u8,
-        tenant: u32,
-    },
-    /// A retry attempt whose backoff ends now.
-    Retry { ticket: Uuid, attempt: u32 },
-    /// The watchdog's check of a started attempt.
-    Deadline { ticket: Uuid, attempt: u32 },
-}
-
-impl Timer {
-    /// The job or ticket the timer is about (its routing key is its tenant's).
-    pub fn id(&self) -> Uuid {
-        match *self {
-            Timer::Occurrence { job, .. } => job,
-            Timer::Retry { ticket, .. } | Timer::Deadline { ticket, .. } => ticket,
-        }
-    }
-}
-
-// The wheel's entry budget (under 64 bytes per pending entry) holds for this payload:
-// 48 bytes (deadline, sequence number and this 32-byte payload, since the wheel stores entries
-// by value).
-const _: () = assert!(chronoshard_timer::entry_bytes::<Timer>() < 64);
-
-/// A job's next occurrence, as the wheel tracks it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Due {
-    pub job: Uuid,
-    pub at: i64,
-    pub priority: u8,
-    pub tenant: u32,
-}
-
-impl Due {
-    pub fn of(job: &JobRow, at: i64) -> Due {
-        Due {
-            job: job.id,
-            at,
-            priority: job.spec.priority,
-            tenant: tenant_tag(&job.tenant),
-        }
-    }
-
-    pub fn from_row(row: &DueRow) -> Due {
-        Due {
-            job: row.id,
-            at: row.at,
-            priority: row.priority,
-            tenant: tenant_tag(&row.tenant),
-        }
-    }
-
-    pub fn timer(&self) -> Timer {
-        Timer::Occurrence {
-            job: self.job,
-            at: self.at,
-            priority: self.priority,
-            tenant: self.tenant,
-        }
-    }
-}
-
 /// A job's tickets fired ahead of their time: (ticket id, due time).
 pub(crate) struct Staged {
     pub tenant: String,
     pub tickets: Vec<(Uuid, i64)>,
-}
-
-/// When an occurrence due at `at` leaves the wheel to be fired ahead: at least `lead` before,
-/// rounded down to a quarter of the lead, so the occurrences of a quarter are fired in one
-/// transaction instead of one per millisecond; each shard's quarters start at its own offset, so
-/// the shards of a node do not all write in the same millisecond (measured: the aligned bursts
-/// doubled the lateness p99). No lead: at the due time.
-pub(crate) fn early_deadline(at: i64, lead: i64, shard: u32) -> i64 {
-    if lead <= 0 {
-        return at;
-    }
-    let quarter = (lead / 4).max(1);
-    let offset = (shard % 8) as i64 * quarter / 8;
-    (at - lead - offset).div_euclid(quarter) * quarter + offset
 }
 
 /// The `fire` span of each ticket written since `start`, when traces are exported.
@@ -129,50 +45,33 @@ fn trace_fired(tickets: &[Ticket], start: SystemTime) {
     }
 }
 
-fn fenced(e: &ShardError) -> bool {
-    matches!(e, ShardError::Store(StoreError::Fenced { .. }))
-}
-
 impl Shard {
     /// Fires what is due: retries and watchdog checks, and occurrences by priority with tenants
     /// taking turns. At most `FIRE_BATCH × FIRE_BATCHES_PER_TURN` occurrences per call: the rest
     /// of a storm waits in `backlog`, so the loop serves API writes and results in between.
     pub(super) async fn fire_due(&mut self, now: i64) -> Result<(), ShardError> {
-        let mut due = std::mem::take(&mut self.due);
-        self.wheel.advance(now.max(0) as u64, &mut due);
         let mut others = Vec::new();
-        for (_, timer) in due.drain(..) {
+        let (leaving, backlog) = (&self.leaving, &mut self.backlog);
+        self.timers.take_due(now, |timer| match timer {
             // A tenant leaving this shard fires on its new one.
-            if self.leaving.holds_back(timer.id()) {
-                if let Timer::Occurrence { job, at, .. } = timer {
-                    if self.in_wheel.get(&job).is_some_and(|(t, _)| *t == at) {
-                        self.in_wheel.remove(&job);
-                    }
-                }
-                continue;
-            }
-            match timer {
-                Timer::Occurrence {
+            _ if leaving.holds_back(timer.id()) => {}
+            Timer::Occurrence {
+                job,
+                at,
+                priority,
+                tenant,
+            } => backlog.push(
+                priority,
+                tenant,
+                Due {
                     job,
                     at,
                     priority,
                     tenant,
-                } => {
-                    if self.in_wheel.get(&job).is_some_and(|(t, _)| *t == at) {
-                        self.in_wheel.remove(&job);
-                    }
-                    let d = Due {
-                        job,
-                        at,
-                        priority,
-                        tenant,
-                    };
-                    self.backlog.push(priority, tenant, d);
-                }
-                other => others.push(other),
-            }
-        }
-        self.due = due;
+                },
+            ),
+            other => others.push(other),
+        });
         for _ in 0..FIRE_BATCHES_PER_TURN {
             let chunk: Vec<Due> = std::iter::from_fn(|| self.backlog.pop())
                 .take(FIRE_BATCH)
@@ -186,12 +85,12 @@ impl Shard {
             let now = self.ctx.clock.now_ms();
             match self.fire_jobs(&chunk, now).await {
                 Ok(()) => {}
-                Err(e) if fenced(&e) => return Err(e),
+                Err(e) if e.is_fenced() => return Err(e),
                 Err(e) => {
                     // Nothing was written: fire the same occurrences again shortly.
                     warn!(count = chunk.len(), error = %e, "fire failed; retrying in 1 s");
                     for d in chunk {
-                        self.track_at(d, now + FIRE_RETRY_MS);
+                        self.timers.track_at(d, now + FIRE_RETRY_MS);
                     }
                 }
             }
@@ -199,14 +98,13 @@ impl Shard {
         for timer in others {
             match self.on_timer(timer, now).await {
                 Ok(()) => {}
-                Err(e) if fenced(&e) => return Err(e),
+                Err(e) if e.is_fenced() => return Err(e),
                 Err(e) => {
                     warn!(?timer, error = %e, "timer failed; retrying in 1 s");
-                    self.arm(now + FIRE_RETRY_MS, timer);
+                    self.timers.arm(now + FIRE_RETRY_MS, timer);
                 }
             }
         }
-        self.publish_wheel_len();
         Ok(())
     }
 
@@ -233,7 +131,7 @@ impl Shard {
             }
             if d.at > now && job.spec.overlap != Overlap::Allow {
                 // The other policies judge the job's active runs, which only the due time may do.
-                self.track_at(*d, d.at);
+                self.timers.track_at(*d, d.at);
                 continue;
             }
             let schedule = match machine::schedule_of(job) {
@@ -483,7 +381,9 @@ impl Shard {
             };
         }
         match verdict {
-            watchdog::Verdict::WaitUntil(at) => self.arm(at, Timer::Deadline { ticket, attempt }),
+            watchdog::Verdict::WaitUntil(at) => {
+                self.timers.arm(at, Timer::Deadline { ticket, attempt })
+            }
             watchdog::Verdict::Probe => unreachable!("a probe is judged by after_probe"),
             watchdog::Verdict::Lost(reason) => {
                 let mut lost = TicketResult::about(
@@ -523,14 +423,14 @@ impl Shard {
                     at,
                 } => {
                     self.metrics.retries.inc();
-                    self.arm(at, Timer::Retry { ticket, attempt });
+                    self.timers.arm(at, Timer::Retry { ticket, attempt });
                 }
                 FollowUp::Started {
                     ticket,
                     attempt,
                     started_at,
                     timeout_ms,
-                } => self.arm(
+                } => self.timers.arm(
                     watchdog::first_check(started_at, timeout_ms),
                     Timer::Deadline { ticket, attempt },
                 ),
@@ -592,12 +492,12 @@ impl Shard {
                 continue;
             }
             match (a.published_at, a.started_at, a.not_before) {
-                (_, Some(started), _) => self.arm(
+                (_, Some(started), _) => self.timers.arm(
                     watchdog::first_check(started, a.timeout_ms),
                     Timer::Deadline { ticket, attempt },
                 ),
                 (None, None, Some(at)) if at > now => {
-                    self.arm(at, Timer::Retry { ticket, attempt })
+                    self.timers.arm(at, Timer::Retry { ticket, attempt })
                 }
                 _ => {}
             }
@@ -607,7 +507,7 @@ impl Shard {
                 self.release_buffered(job, now).await?;
             }
         }
-        if let Some(until) = self.loaded_until {
+        if let Some(until) = self.timers.loaded_until() {
             for row in self.store.due_jobs(None, until).await? {
                 if of(row.id) {
                     self.track(Due::from_row(&row));
@@ -615,33 +515,5 @@ impl Shard {
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use proptest::prelude::*;
-
-    use super::early_deadline;
-
-    proptest! {
-        #[test]
-        fn an_occurrence_leaves_the_wheel_a_lead_ahead_at_its_shards_quarter(
-            at in -1_000_000i64..1_000_000_000_000,
-            lead in 1i64..10_000,
-            shard in 0u32..64,
-        ) {
-            let d = early_deadline(at, lead, shard);
-            let quarter = (lead / 4).max(1);
-            prop_assert!(d <= at - lead, "at least the lead ahead");
-            prop_assert!(d > at - lead - quarter, "at most a quarter more");
-            let offset = (shard % 8) as i64 * quarter / 8;
-            prop_assert_eq!((d - offset).rem_euclid(quarter), 0);
-        }
-
-        #[test]
-        fn without_a_lead_an_occurrence_leaves_when_due(at in any::<i64>(), shard in any::<u32>()) {
-            prop_assert_eq!(early_deadline(at, 0, shard), at);
-        }
     }
 }

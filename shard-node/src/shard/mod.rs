@@ -4,8 +4,9 @@
 //! through it, so the wheel and the database never disagree for long.
 //!
 //! Where a ticket is born: `fire::Shard::fire_due` → `plan` → `Store::fire` (outbox row) →
-//! dispatcher. The wheel also holds the retry timers (a failed attempt's backoff) and the
-//! watchdog's checks of started attempts; `fire.rs` handles all three when they fall due.
+//! dispatcher. The wheel (`timers.rs`, pure) also holds the retry timers (a failed attempt's
+//! backoff) and the watchdog's checks of started attempts; `fire.rs` handles all three when they
+//! fall due.
 
 mod cancel;
 mod dispatcher;
@@ -23,21 +24,18 @@ mod rpc;
 mod served;
 pub mod store;
 pub mod sweep;
+mod timers;
 mod upkeep;
 pub mod watchdog;
 
 use std::{
     collections::{HashMap, HashSet},
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc,
-    },
+    sync::{atomic::AtomicU64, Arc},
     time::Duration,
 };
 
 use chronoshard_schedule::Schedule;
 use chronoshard_telemetry::metrics;
-use chronoshard_timer::{TimerKey, TimerWheel};
 use chronoshard_wire::{
     from_millis, names,
     rpc::ShardRequest,
@@ -50,8 +48,8 @@ use tracing::{debug, info, warn, Instrument};
 use uuid::Uuid;
 
 use crate::clock::SharedClock;
-use fire::{Due, Timer};
 use store::{Applied, JobRow, Store, StoreError};
+use timers::{Due, Timers};
 
 /// Tunables of a shard: its part of the cluster's live settings, read afresh where used so a
 /// change applies without reopening the shard.
@@ -147,6 +145,13 @@ pub enum ShardError {
     },
 }
 
+impl ShardError {
+    /// Another node owns the shard now: the shard must stop.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, ShardError::Store(StoreError::Fenced { .. }))
+    }
+}
+
 /// Writes that must go through the event loop because they change what the wheel holds.
 // A request is the common case and is moved once; boxing it would buy nothing.
 #[allow(clippy::large_enum_variant)]
@@ -202,12 +207,12 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
     )
     .await?;
     info!("shard open");
+    let metrics = ShardMetrics::new(ctx.shard);
+    let gauge = metrics::WHEEL_ENTRIES_GAUGE.with_label_values(&[metrics.label.as_str()]);
     let mut shard = Shard {
-        wheel: TimerWheel::new(now.max(0) as u64),
-        in_wheel: HashMap::new(),
+        timers: Timers::new(now, ctx.shard, wheel_len, gauge),
         create_rate: limits::CreateRate::default(),
         batch_jobs: HashMap::new(),
-        loaded_until: None,
         last_load: (None, None),
         paused: HashSet::new(),
         staged: HashMap::new(),
@@ -215,9 +220,7 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
         store: store.clone(),
         dispatcher,
         ctx: ctx.clone(),
-        wheel_len,
-        due: Vec::new(),
-        metrics: ShardMetrics::new(ctx.shard),
+        metrics,
         leaving,
         loop_tx,
     };
@@ -229,7 +232,7 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
     let _ = tokio::join!(results, rpc, sweep, upkeep);
     shard.dispatcher.closed().await;
     store.close().await;
-    shard.metrics.wheel_entries.set(0);
+    shard.timers.closed();
     match &outcome {
         Ok(()) => info!("shard closed"),
         Err(e) => warn!(error = %e, "shard stopped"),
@@ -238,11 +241,8 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
 }
 
 struct Shard {
-    wheel: TimerWheel<Timer>,
-    /// Job → its occurrence entry in the wheel, so a changed or deleted job's entry is cancelled.
-    in_wheel: HashMap<Uuid, (i64, TimerKey)>,
-    /// Every active job due at or before this instant is in the wheel (None: nothing loaded yet).
-    loaded_until: Option<i64>,
+    /// The wheel: occurrences, retries and watchdog checks.
+    timers: Timers,
     /// At the last load that asked the database: the WAL's stamp before it, and the earliest
     /// occurrence beyond what it loaded.
     last_load: (Option<store::WalStamp>, Option<i64>),
@@ -257,8 +257,6 @@ struct Shard {
     store: Store,
     dispatcher: dispatcher::Handle,
     ctx: ShardContext,
-    wheel_len: Arc<AtomicU64>,
-    due: Vec<(u64, Timer)>,
     metrics: ShardMetrics,
     /// Each tenant's create rate (`tenant_create_rate`).
     create_rate: limits::CreateRate,
@@ -275,7 +273,6 @@ struct Shard {
 /// This shard's metric handles, resolved once: the fire path must not format labels per fire.
 struct ShardMetrics {
     label: String,
-    wheel_entries: prometheus::IntGauge,
     fires: prometheus::IntCounter,
     jobs_created: prometheus::IntCounter,
     retries: prometheus::IntCounter,
@@ -289,7 +286,6 @@ impl ShardMetrics {
         let label = shard.to_string();
         let l = [label.as_str()];
         ShardMetrics {
-            wheel_entries: metrics::WHEEL_ENTRIES_GAUGE.with_label_values(&l),
             fires: metrics::FIRES_TOTAL.with_label_values(&l),
             jobs_created: metrics::JOBS_CREATED_TOTAL.with_label_values(&l),
             retries: metrics::RETRIES_TOTAL.with_label_values(&l),
@@ -317,19 +313,14 @@ impl Shard {
         loop {
             let now = self.ctx.clock.now_ms();
             if now >= next_load {
-                match self.load(now).await {
-                    Ok(()) => {}
-                    Err(e @ ShardError::Store(StoreError::Fenced { .. })) => return Err(e),
-                    // The watermark did not move: the next pass loads the same window.
-                    Err(e) => warn!(error = %e, "loading the wheel failed; retrying"),
-                }
+                // The watermark did not move on a failure: the next pass loads the same window.
+                unless_fenced(self.load(now).await, "loading the wheel failed; retrying")?;
                 next_load = now + self.ctx.config().load_every.as_millis() as i64;
             }
             self.fire_due(self.ctx.clock.now_ms()).await?;
             let wake = self
-                .wheel
+                .timers
                 .next_deadline()
-                .map(|d| d as i64)
                 .unwrap_or(i64::MAX)
                 .min(next_load);
             // With a backlog, go round at once (after a waiting command, if any). Otherwise
@@ -365,77 +356,80 @@ impl Shard {
                 // A caller that gave up must not have its write applied late.
                 Command::Request(_, reply) if reply.is_closed() => {}
                 Command::Request(ShardRequest::CreateJob { .. }, _) => {
-                    let mut batch = Vec::new();
-                    let mut cmd = Some(cmd);
-                    while let Some(c) = cmd.take() {
-                        match c {
-                            Command::Request(
-                                ShardRequest::CreateJob {
-                                    job_id,
-                                    spec,
-                                    idempotency_key,
-                                },
-                                reply,
-                            ) => {
-                                if !reply.is_closed() {
-                                    match self.leaving.refuse_create(job_id) {
-                                        Some(refused) => {
-                                            let _ = reply.send(refused);
-                                        }
-                                        None => batch.push(rpc::Create {
-                                            job_id,
-                                            spec,
-                                            idempotency_key,
-                                            reply,
-                                        }),
-                                    }
-                                }
-                                if batch.len() < CREATE_BATCH {
-                                    cmd = queue.try_recv().ok();
-                                }
-                            }
-                            other => next = Some(other),
-                        }
-                    }
+                    let batch;
+                    (batch, next) = self.gather_creates(cmd, queue);
                     self.create_batch(batch).await?;
                 }
-                Command::Request(req, reply) => match self.handle_or_refuse(req).await {
-                    Ok(answer) => {
-                        let _ = reply.send(answer);
+                Command::Request(req, reply) => {
+                    let (answer, stop) = match self.handle_or_refuse(req).await {
+                        Ok(answer) => (answer, None),
+                        Err(e) => (rpc::error_reply(&e), e.is_fenced().then_some(e)),
+                    };
+                    let _ = reply.send(answer);
+                    if let Some(fenced) = stop {
+                        return Err(fenced);
                     }
-                    Err(e @ ShardError::Store(StoreError::Fenced { .. })) => {
-                        let _ = reply.send(rpc::error_reply(&e));
-                        return Err(e);
-                    }
-                    Err(e) => {
-                        let _ = reply.send(rpc::error_reply(&e));
-                    }
-                },
+                }
                 Command::Probed(probed) => {
                     let now = self.ctx.clock.now_ms();
-                    match self
+                    let judged = self
                         .watch(probed.ticket, probed.attempt, Some(probed), now)
-                        .await
-                    {
-                        Ok(()) => {}
-                        Err(e @ ShardError::Store(StoreError::Fenced { .. })) => return Err(e),
-                        // Checked again when the shard reopens.
-                        Err(e) => warn!(error = %e, "judging a probed attempt failed"),
-                    }
+                        .await;
+                    // Checked again when the shard reopens.
+                    unless_fenced(judged, "judging a probed attempt failed")?;
                 }
                 Command::Applied(applied) => {
                     let now = self.ctx.clock.now_ms();
-                    match self.follow(applied, now).await {
-                        Ok(()) => {}
-                        Err(e @ ShardError::Store(StoreError::Fenced { .. })) => return Err(e),
-                        // What was not armed is found again: due retries by the outbox
-                        // scan, buffered occurrences by the next run end or reopening.
-                        Err(e) => warn!(error = %e, "following applied results failed"),
-                    }
+                    let followed = self.follow(applied, now).await;
+                    // What was not armed is found again: due retries by the outbox scan,
+                    // buffered occurrences by the next run end or reopening.
+                    unless_fenced(followed, "following applied results failed")?;
                 }
             }
         }
         Ok(())
+    }
+
+    /// The creates at the head of the queue, `first` included, up to `CREATE_BATCH`, less those
+    /// whose caller gave up or whose tenant is moving away (answered here); and the first other
+    /// command met, to be applied after them.
+    fn gather_creates(
+        &self,
+        first: Command,
+        queue: &mut mpsc::Receiver<Command>,
+    ) -> (Vec<rpc::Create>, Option<Command>) {
+        let mut batch = Vec::new();
+        let mut cmd = Some(first);
+        while let Some(c) = cmd.take() {
+            let Command::Request(
+                ShardRequest::CreateJob {
+                    job_id,
+                    spec,
+                    idempotency_key,
+                },
+                reply,
+            ) = c
+            else {
+                return (batch, Some(c));
+            };
+            if !reply.is_closed() {
+                match self.leaving.refuse_create(job_id) {
+                    Some(refused) => {
+                        let _ = reply.send(refused);
+                    }
+                    None => batch.push(rpc::Create {
+                        job_id,
+                        spec,
+                        idempotency_key,
+                        reply,
+                    }),
+                }
+            }
+            if batch.len() < CREATE_BATCH {
+                cmd = queue.try_recv().ok();
+            }
+        }
+        (batch, None)
     }
 
     /// Moves jobs due within the horizon from the database into the wheel. An SQLite shard whose
@@ -451,10 +445,13 @@ impl Shard {
         let stamp = self.store.wal_stamp();
         let (last_stamp, next_beyond) = self.last_load;
         if stamp.is_some() && stamp == last_stamp && next_beyond.is_none_or(|at| at > until) {
-            self.loaded_until = Some(until);
+            self.timers.loaded(until);
             return Ok(());
         }
-        let due = self.store.due_jobs(self.loaded_until, until).await?;
+        let due = self
+            .store
+            .due_jobs(self.timers.loaded_until(), until)
+            .await?;
         let next_beyond = self.store.next_due_after(until).await?;
         self.last_load = (stamp, next_beyond);
         if !due.is_empty() {
@@ -464,7 +461,7 @@ impl Shard {
             );
         }
         // Raise the watermark first: `track` ignores entries beyond it.
-        self.loaded_until = Some(until);
+        self.timers.loaded(until);
         for row in due {
             self.track(Due::from_row(&row));
         }
@@ -474,58 +471,29 @@ impl Shard {
     /// Puts a job's next occurrence in the wheel if it falls within what is loaded, `fire_lead`
     /// before it is due (`fire_jobs` puts it back at its due time if it may not fire early).
     fn track(&mut self, due: Due) {
-        if self.loaded_until.is_some_and(|until| due.at > until) {
-            return;
-        }
-        if self
-            .in_wheel
-            .get(&due.job)
-            .is_some_and(|(old_at, _)| *old_at == due.at)
-        {
-            return;
-        }
         let lead = self.ctx.config().fire_lead.as_millis() as i64;
-        self.track_at(due, fire::early_deadline(due.at, lead, self.ctx.shard));
-    }
-
-    /// Puts an occurrence in the wheel, due at `deadline` (later than the occurrence when a
-    /// failed fire is retried).
-    fn track_at(&mut self, due: Due, deadline: i64) {
-        if let Some((_, key)) = self.in_wheel.remove(&due.job) {
-            self.wheel.cancel(key);
-        }
-        let key = self.wheel.insert(deadline.max(0) as u64, due.timer());
-        self.in_wheel.insert(due.job, (due.at, key));
-        self.publish_wheel_len();
+        self.timers.track(due, lead);
     }
 
     /// Makes the wheel hold what the state machine says of a job.
     fn follow_wheel(&mut self, job: &JobRow, wheel: machine::Wheel) {
         match wheel {
             machine::Wheel::Track(at) => self.track(Due::of(job, at)),
-            machine::Wheel::Untrack => self.untrack(job.id),
+            machine::Wheel::Untrack => self.timers.untrack(job.id),
         }
     }
+}
 
-    /// Arms a retry or watchdog timer (not tied to a job's occurrence entry).
-    fn arm(&mut self, at: i64, timer: Timer) {
-        self.wheel.insert(at.max(0) as u64, timer);
-        self.publish_wheel_len();
-    }
-
-    fn untrack(&mut self, job: Uuid) {
-        if let Some((_, key)) = self.in_wheel.remove(&job) {
-            self.wheel.cancel(key);
-            self.publish_wheel_len();
+/// A failure the shard survives is logged and left to what finds it again; a fenced store stops
+/// the shard.
+fn unless_fenced(result: Result<(), ShardError>, what: &str) -> Result<(), ShardError> {
+    match result {
+        Err(e) if e.is_fenced() => Err(e),
+        Err(e) => {
+            warn!(error = %e, "{what}");
+            Ok(())
         }
-    }
-
-    /// Publishes how many occurrences the wheel holds; its retry and watchdog timers, which
-    /// linger until their deadline even after their attempt finished, are not counted.
-    fn publish_wheel_len(&self) {
-        let len = self.in_wheel.len() as u64;
-        self.wheel_len.store(len, Ordering::Relaxed);
-        self.metrics.wheel_entries.set(len as i64);
+        Ok(()) => Ok(()),
     }
 }
 

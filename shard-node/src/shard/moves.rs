@@ -153,12 +153,12 @@ impl Shard {
                     .await?;
                 self.leaving
                     .set(fresh.iter().map(|m| (m.key, m.target, KeyMove::Frozen)));
-                let frozen: Vec<Uuid> = (self.in_wheel.keys())
+                let frozen: Vec<Uuid> = (self.timers.tracked())
                     .filter(|job| self.leaving.holds_back(**job))
                     .copied()
                     .collect();
                 for job in &frozen {
-                    self.untrack(*job);
+                    self.timers.untrack(*job);
                 }
                 if !fresh.is_empty() {
                     info!(

@@ -429,7 +429,7 @@ impl Shard {
             let _ = reply.send(answer);
         }
         match written {
-            Err(e @ ShardError::Store(StoreError::Fenced { .. })) => Err(e),
+            Err(e) if e.is_fenced() => Err(e),
             _ => Ok(()),
         }
     }
