@@ -15,7 +15,6 @@ mod fire;
 mod limits;
 pub mod machine;
 mod moves;
-mod ops;
 pub mod plan;
 mod probe;
 mod results;
@@ -27,6 +26,7 @@ pub mod sweep;
 mod timers;
 mod upkeep;
 pub mod watchdog;
+mod writes;
 
 use std::{
     collections::{HashMap, HashSet},
@@ -397,7 +397,7 @@ impl Shard {
         &self,
         first: Command,
         queue: &mut mpsc::Receiver<Command>,
-    ) -> (Vec<rpc::Create>, Option<Command>) {
+    ) -> (Vec<writes::Create>, Option<Command>) {
         let mut batch = Vec::new();
         let mut cmd = Some(first);
         while let Some(c) = cmd.take() {
@@ -417,7 +417,7 @@ impl Shard {
                     Some(refused) => {
                         let _ = reply.send(refused);
                     }
-                    None => batch.push(rpc::Create {
+                    None => batch.push(writes::Create {
                         job_id,
                         spec,
                         idempotency_key,

@@ -1,0 +1,454 @@
+//! Write requests applied in the shard's event loop: a job's create (with the tenant's create
+//! rate and job quota), patch, pause, resume, delete and trigger; tenant-wide pause, resume and
+//! trigger; the replay of a dead letter. What a request does to a job is the state machine's
+//! (`machine.rs`); here the job is read, the machine applied, the result written and the wheel
+//! told. The transport that brings the requests is `rpc.rs`.
+
+use chronoshard_wire::{
+    from_millis,
+    rpc::{RpcError, RpcErrorCode, ShardReply, ShardRequest},
+    JobSpec, RunStatus, RunView,
+};
+use tokio::sync::oneshot;
+use tracing::info;
+use uuid::Uuid;
+
+use super::{
+    machine,
+    rpc::{conflict, error_reply, invalid, not_found, view},
+    store::{reason, CreateOutcome, Fired, JobRow, Replay, StoreError},
+    Shard, ShardError,
+};
+
+/// A create request waiting in the shard's queue, with where its answer goes.
+pub(super) struct Create {
+    pub job_id: Uuid,
+    pub spec: JobSpec,
+    pub idempotency_key: Option<String>,
+    pub reply: oneshot::Sender<ShardReply>,
+}
+
+impl Shard {
+    /// Applies a write request inside the event loop.
+    pub(super) async fn handle(&mut self, req: ShardRequest) -> Result<ShardReply, ShardError> {
+        if super::moves::is_move(&req) {
+            return self.handle_move(req).await;
+        }
+        let now = self.ctx.clock.now_ms();
+        let shard = self.ctx.shard;
+        let job_id = match &req {
+            ShardRequest::PatchJob { job_id, .. }
+            | ShardRequest::DeleteJob { job_id }
+            | ShardRequest::PauseJob { job_id }
+            | ShardRequest::ResumeJob { job_id }
+            | ShardRequest::TriggerJob { job_id } => *job_id,
+            ShardRequest::CreateJob {
+                job_id,
+                spec,
+                idempotency_key,
+            } => {
+                return self
+                    .create(*job_id, spec.clone(), idempotency_key.as_deref(), now)
+                    .await;
+            }
+            ShardRequest::ReplayTicket { ticket_id } => return self.replay(*ticket_id, now).await,
+            ShardRequest::PauseTenant { tenant } => return self.pause_tenant(tenant, now).await,
+            ShardRequest::ResumeTenant { tenant } => return self.resume_tenant(tenant, now).await,
+            ShardRequest::TriggerTenant { tenant } => {
+                return self.trigger_tenant(tenant, now).await
+            }
+            _ => {
+                return Ok(ShardReply::Error(RpcError::new(
+                    RpcErrorCode::Internal,
+                    "not a write request",
+                )))
+            }
+        };
+        let Some(job) = self.store.get_job(job_id).await? else {
+            return Ok(not_found("job"));
+        };
+        let request = match &req {
+            ShardRequest::TriggerJob { .. } => {
+                if let Err(refused) = machine::live(&job) {
+                    return Ok(conflict(&refused.to_string()));
+                }
+                return self.trigger(&job, now).await;
+            }
+            ShardRequest::PatchJob { patch, .. } => machine::Request::Patch(patch),
+            ShardRequest::DeleteJob { .. } => machine::Request::Delete,
+            ShardRequest::PauseJob { .. } => machine::Request::Pause {
+                fired_ahead: self.fired_ahead(job.id, now),
+            },
+            ShardRequest::ResumeJob { .. } => machine::Request::Resume,
+            _ => unreachable!("matched above"),
+        };
+        let (job, effects) = match machine::apply(&job, request, now) {
+            Ok(next) => next,
+            Err(machine::Refused::Invalid(fe)) => return Ok(invalid(fe)),
+            Err(machine::Refused::Corrupt(why)) => return Err(StoreError::Corrupt(why).into()),
+            Err(refused) => return Ok(conflict(&refused.to_string())),
+        };
+        let unfire = if effects.withdraw {
+            self.withdraw_early(|id, _| *id == job.id)
+        } else {
+            Vec::new()
+        };
+        match self.store.update_job(&job, &unfire).await {
+            Ok(true) => {}
+            Ok(false) => {
+                self.dispatcher.restore(&unfire);
+                return Ok(not_found("job"));
+            }
+            Err(e) => {
+                self.dispatcher.restore(&unfire);
+                return Err(e.into());
+            }
+        }
+        self.follow_wheel(&job, effects.wheel);
+        Ok(ShardReply::Job {
+            job: view(&job, shard),
+            created: false,
+        })
+    }
+
+    async fn create(
+        &mut self,
+        job_id: Uuid,
+        spec: JobSpec,
+        key: Option<&str>,
+        now: i64,
+    ) -> Result<ShardReply, ShardError> {
+        let (mut replies, written) = self
+            .create_many(vec![(job_id, spec, key.map(str::to_string))], now)
+            .await;
+        written?;
+        Ok(replies.pop().expect("one reply per request"))
+    }
+
+    /// Creates queued together, answered each: one transaction for all of them.
+    pub(super) async fn create_batch(&mut self, batch: Vec<Create>) -> Result<(), ShardError> {
+        let now = self.ctx.clock.now_ms();
+        self.batch_jobs.clear();
+        let (requests, replies): (Vec<_>, Vec<_>) = batch
+            .into_iter()
+            .map(|c| ((c.job_id, c.spec, c.idempotency_key), c.reply))
+            .unzip();
+        let (answers, written) = self.create_many(requests, now).await;
+        for (reply, answer) in replies.into_iter().zip(answers) {
+            let _ = reply.send(answer);
+        }
+        match written {
+            Err(e) if e.is_fenced() => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Validates and writes jobs; one reply per request, in order, and how the write went. An
+    /// invalid spec, or one over its tenant's create rate or job quota, is answered without
+    /// being written; the others are written in one transaction, and when it fails each of them
+    /// is answered with its error.
+    async fn create_many(
+        &mut self,
+        requests: Vec<(Uuid, JobSpec, Option<String>)>,
+        now: i64,
+    ) -> (Vec<ShardReply>, Result<(), ShardError>) {
+        let mut replies: Vec<Option<ShardReply>> = Vec::with_capacity(requests.len());
+        let mut rows = Vec::with_capacity(requests.len());
+        for (i, (job_id, spec, key)) in requests.into_iter().enumerate() {
+            let row = match machine::create(job_id, spec, now) {
+                Ok(row) => row,
+                Err(fe) => {
+                    replies.push(Some(invalid(fe)));
+                    continue;
+                }
+            };
+            if let Some(refused) = self.over_limit(&row, key.as_deref(), now).await {
+                replies.push(Some(refused));
+                continue;
+            }
+            replies.push(None);
+            rows.push((i, row, key));
+        }
+        if !rows.is_empty() {
+            let jobs: Vec<(&JobRow, Option<&str>)> =
+                rows.iter().map(|(_, r, k)| (r, k.as_deref())).collect();
+            let outcomes = match self.store.create_jobs(&jobs).await {
+                Ok(o) => o,
+                Err(e) => {
+                    let e = ShardError::from(e);
+                    return (answered(replies, || error_reply(&e)), Err(e));
+                }
+            };
+            for ((i, row, _), outcome) in rows.iter().zip(outcomes) {
+                replies[*i] = Some(match outcome {
+                    CreateOutcome::Created => {
+                        self.metrics.jobs_created.inc();
+                        self.follow_wheel(row, machine::wheel_of(row));
+                        ShardReply::Job {
+                            job: view(row, self.ctx.shard),
+                            created: true,
+                        }
+                    }
+                    CreateOutcome::Existing(existing) => ShardReply::Job {
+                        job: view(&existing, self.ctx.shard),
+                        created: false,
+                    },
+                    CreateOutcome::KeyReused => ShardReply::Error(RpcError::new(
+                        RpcErrorCode::IdempotencyKeyReused,
+                        "this Idempotency-Key was used for a different job",
+                    )),
+                });
+            }
+        }
+        (
+            answered(replies, || unreachable!("every row answered")),
+            Ok(()),
+        )
+    }
+
+    async fn trigger(&mut self, job: &JobRow, now: i64) -> Result<ShardReply, ShardError> {
+        let (fired, ticket_ids) = self.fire_now(job, now).await?;
+        let (status, reason) = match fired {
+            Fired::Ticketed => (RunStatus::Dispatched, None),
+            Fired::Buffered => (RunStatus::Scheduled, Some(reason::BUFFERED)),
+            Fired::Skipped(why) => (RunStatus::Skipped, Some(why)),
+            Fired::Exists => {
+                return Ok(conflict(
+                    "an occurrence of this job at this instant exists already",
+                ))
+            }
+        };
+        let run = RunView {
+            job_id: job.id,
+            scheduled_at: from_millis(now),
+            status,
+            reason: reason.map(str::to_string),
+            attempts: u32::from(status == RunStatus::Dispatched),
+            ticket_ids,
+            range_end: None,
+            count: None,
+            updated_at: from_millis(now),
+            warnings: Vec::new(),
+        };
+        Ok(ShardReply::Triggered { run })
+    }
+}
+
+impl Shard {
+    /// Why the create of `row` may not be written now (its tenant's create rate, then its job
+    /// quota), or None. A create that passes counts against both; the quota's count of the
+    /// tenant's jobs is read once per batch and kept up to date by the batch itself. A create
+    /// that repeats an earlier one (a retry, a reused idempotency key) is never refused: it is
+    /// answered with what the first one made.
+    async fn over_limit(
+        &mut self,
+        row: &JobRow,
+        key: Option<&str>,
+        now: i64,
+    ) -> Option<ShardReply> {
+        let refused = self.limit(&row.tenant, now).await?;
+        match self.store.repeats_a_create(row, key).await {
+            Ok(true) => None,
+            Ok(false) => Some(refused),
+            Err(e) => Some(error_reply(&ShardError::from(e))),
+        }
+    }
+
+    async fn limit(&mut self, tenant: &str, now: i64) -> Option<ShardReply> {
+        let s = self.ctx.settings.borrow().settings;
+        if let Err(wait_ms) =
+            self.create_rate
+                .admit(tenant, now, s.tenant_create_rate, s.tenant_create_burst)
+        {
+            return Some(ShardReply::Error(RpcError {
+                retry_after_ms: Some(wait_ms),
+                ..RpcError::new(
+                    RpcErrorCode::RateLimited,
+                    format!(
+                        "tenant {tenant:?} creates more than {} jobs per second",
+                        s.tenant_create_rate
+                    ),
+                )
+            }));
+        }
+        if s.tenant_max_jobs == 0 {
+            return None;
+        }
+        let held = match self.batch_jobs.get(tenant) {
+            Some(n) => *n,
+            None => match self.store.live_jobs(tenant).await {
+                Ok(n) => n,
+                Err(e) => return Some(error_reply(&ShardError::from(e))),
+            },
+        };
+        if held >= s.tenant_max_jobs {
+            return Some(ShardReply::Error(RpcError::new(
+                RpcErrorCode::QuotaExceeded,
+                format!(
+                    "tenant {tenant:?} has {held} jobs that can still fire, its quota is {}",
+                    s.tenant_max_jobs
+                ),
+            )));
+        }
+        self.batch_jobs.insert(tenant.to_string(), held + 1);
+        None
+    }
+}
+
+/// Every request's reply: the ones given, and `rest()` for the requests still unanswered.
+fn answered(
+    replies: Vec<Option<ShardReply>>,
+    mut rest: impl FnMut() -> ShardReply,
+) -> Vec<ShardReply> {
+    replies
+        .into_iter()
+        .map(|r| r.unwrap_or_else(&mut rest))
+        .collect()
+}
+
+impl Shard {
+    pub(super) async fn pause_tenant(
+        &mut self,
+        tenant: &str,
+        now: i64,
+    ) -> Result<ShardReply, ShardError> {
+        let unfire = self.withdraw_early(|_, s| s.tenant == tenant);
+        match self.store.pause_tenant(tenant, &unfire, now).await {
+            Ok(true) => info!(tenant, "tenant paused"),
+            Ok(false) => {}
+            Err(e) => {
+                self.dispatcher.restore(&unfire);
+                return Err(e.into());
+            }
+        }
+        // The tenant's wheel entries stay; they fire nothing while it is paused (`fire_job`).
+        self.paused.insert(tenant.to_string());
+        self.tenant_reply(tenant, None).await
+    }
+
+    /// Resumes a tenant: each active job whose next occurrence passed during the pause continues
+    /// from its first occurrence after now (no catch-up for the paused time, as a resumed job).
+    /// One transaction, so a crash cannot leave jobs to catch up the whole pause.
+    pub(super) async fn resume_tenant(
+        &mut self,
+        tenant: &str,
+        now: i64,
+    ) -> Result<ShardReply, ShardError> {
+        let mut jobs = self.store.active_jobs_of(tenant).await?;
+        let mut moved = Vec::new();
+        for job in &mut jobs {
+            if let Some(resumed) = machine::tenant_resumed(job, now) {
+                *job = resumed;
+                moved.push(job.clone());
+            }
+        }
+        if self.store.resume_tenant(tenant, &moved, now).await? {
+            info!(tenant, moved = moved.len(), "tenant resumed");
+            self.paused.remove(tenant);
+            for job in &jobs {
+                self.follow_wheel(job, machine::wheel_of(job));
+            }
+        }
+        self.tenant_reply(tenant, None).await
+    }
+
+    /// Fires every active job of the tenant once, now, each under its overlap policy.
+    pub(super) async fn trigger_tenant(
+        &mut self,
+        tenant: &str,
+        now: i64,
+    ) -> Result<ShardReply, ShardError> {
+        if self.paused.contains(tenant) {
+            return Ok(conflict("the tenant is paused: resume it first"));
+        }
+        let mut fired = 0;
+        for job in self.store.active_jobs_of(tenant).await? {
+            if let (Fired::Ticketed, _) = self.fire_now(&job, now).await? {
+                fired += 1;
+            }
+        }
+        self.tenant_reply(tenant, Some(fired)).await
+    }
+
+    async fn tenant_reply(
+        &self,
+        tenant: &str,
+        triggered: Option<u64>,
+    ) -> Result<ShardReply, ShardError> {
+        let mut view = self.store.tenant(tenant).await?;
+        view.triggered = triggered;
+        Ok(ShardReply::Tenant { tenant: view })
+    }
+
+    /// Publishes a dead letter again as its next attempt.
+    pub(super) async fn replay(
+        &mut self,
+        ticket: Uuid,
+        now: i64,
+    ) -> Result<ShardReply, ShardError> {
+        match self.store.replay(ticket, now).await? {
+            Replay::NotFound => Ok(not_found("ticket")),
+            Replay::NotDead => Ok(ShardReply::Error(RpcError::new(
+                RpcErrorCode::Conflict,
+                "the ticket is not a dead letter",
+            ))),
+            Replay::Replayed(t) => {
+                info!(ticket_id = %ticket, attempt = t.attempt, "dead letter replayed");
+                self.dispatcher.publish(vec![*t]);
+                match self.store.ticket(ticket).await? {
+                    Some(view) => Ok(ShardReply::Ticket { ticket: view }),
+                    None => Ok(not_found("ticket")),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chronoshard_wire::{
+        job::FieldError,
+        rpc::{RpcErrorCode, ShardReply},
+    };
+
+    use super::answered;
+    use crate::shard::{
+        rpc::{error_reply, invalid},
+        store::StoreError,
+        ShardError,
+    };
+
+    /// A batch whose write failed answers its valid creates with the store's error; an invalid
+    /// create in the same batch keeps its own validation error.
+    #[test]
+    fn an_invalid_create_keeps_its_reply_when_the_batch_write_fails() {
+        let e = ShardError::Store(StoreError::Fenced {
+            shard: 3,
+            mine: 1,
+            current: 2,
+        });
+        let bad = invalid(FieldError {
+            field: "schedule.cron".into(),
+            message: "not a cron expression".into(),
+        });
+        let replies = answered(vec![None, Some(bad), None], || error_reply(&e));
+        let codes: Vec<_> = replies
+            .iter()
+            .map(|r| match r {
+                ShardReply::Error(e) => (e.code, e.field.clone()),
+                other => panic!("an error reply, not {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            codes,
+            [
+                (RpcErrorCode::Fenced, None),
+                (RpcErrorCode::Validation, Some("schedule.cron".to_string())),
+                (RpcErrorCode::Fenced, None),
+            ]
+        );
+        assert!(
+            matches!(&replies[1], ShardReply::Error(e) if e.message == "not a cron expression")
+        );
+    }
+}
