@@ -5,10 +5,10 @@
 //! fire's cost. The rules are those of `Store::fire_in`: a stale job writes nothing, an occurrence
 //! with a run already is `Exists`, and tickets are written only with their run.
 //!
-//! `fire_simple` runs the statements one at a time in a transaction; on SQLite,
-//! `fire_simple_in_three_trips` sends every read in one trip (the opening with it), every write
-//! in a second and `COMMIT` once their row count is checked (`one_trip`). Each statement is
-//! pushed with its values by one function (`push_*`), for both.
+//! Both ways of running a batch push the same reads, decide with the same rules (`plan`) and
+//! push the same writes: `fire_simple` runs the statements one at a time in a transaction; on
+//! SQLite, `fire_simple_in_three_trips` sends every read in one trip (the opening with it),
+//! every write in a second and `COMMIT` once their row count is checked (`one_trip`).
 
 use std::collections::HashSet;
 
@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use super::{
     json_rows, parse_uuid,
-    sql::{rows_per_statement, Sql},
+    sql::{rows_per_statement, Each, Sql, Statements},
     tickets::{FireOutcome, FireRequest, Fired},
     Result, Store, StoreError, Tx,
 };
@@ -32,164 +32,114 @@ pub(super) fn is_simple(req: &FireRequest<'_>) -> bool {
         && req.expected_next.is_some()
 }
 
-/// Writes simple requests (see `is_simple`) in `tx`; one outcome per request, in order.
+/// Writes simple requests (see `is_simple`) in `tx`, one statement at a time; one outcome per
+/// request, in order.
 pub(super) async fn fire_simple(
     tx: &mut Tx,
     requests: Vec<FireRequest<'_>>,
     now: i64,
 ) -> Result<Vec<FireOutcome>> {
-    let mut moved = move_jobs(tx, &requests, now).await?;
-    let mut outs: Vec<FireOutcome> = Vec::with_capacity(requests.len());
-    let mut runs: Vec<(String, i64)> = Vec::new();
-    for req in &requests {
-        // Taken out of `moved`: a second request for the same job in one batch is stale, as it
-        // would be one by one (the first moved the job on); so is one for an occurrence the job
-        // is not at, even if the job moved for another request.
-        if req
-            .expected_next
-            .is_some_and(|at| moved.remove(&(req.job_id, at)))
-        {
-            runs.push((req.job_id.to_string(), req.occurrences[0].0));
-            outs.push(FireOutcome::default());
-        } else {
-            outs.push(FireOutcome {
-                stale: true,
-                ..Default::default()
-            });
-        }
-    }
-    let created = insert_runs(tx, &runs, now).await?;
-    let mut tickets: Vec<Ticket> = Vec::new();
-    for (req, out) in requests.into_iter().zip(outs.iter_mut()) {
-        if out.stale {
-            continue;
-        }
-        let (at, item_tickets) = req.occurrences.into_iter().next().expect("one occurrence");
-        if created.contains(&(req.job_id, at)) {
-            out.occurrences.push((at, Fired::Ticketed));
-            out.tickets = item_tickets;
-            tickets.extend(out.tickets.iter().cloned());
-        } else {
-            out.occurrences.push((at, Fired::Exists));
-        }
-    }
-    insert_tickets(tx, &tickets, now).await?;
-    Ok(outs)
-}
-
-/// Moves each job from its expected next occurrence to the one after; returns the jobs moved,
-/// with the occurrence they moved from (the others were stale: changed since the wheel entry
-/// was made).
-///
-/// The jobs that will move are read first, as one JSON value (`json_rows_of`), rather than
-/// returned by the update row by row: the transaction holds the write lock, so nothing changes
-/// in between, and the update must move exactly those.
-async fn move_jobs(
-    tx: &mut Tx,
-    requests: &[FireRequest<'_>],
-    now: i64,
-) -> Result<HashSet<(Uuid, i64)>> {
-    let mut moved = HashSet::new();
-    for chunk in requests.chunks(rows_per_statement(4)) {
-        let mut sql = Sql::new(tx);
-        push_ready(&mut sql, chunk);
+    let runs = occurrences(&requests);
+    let mut reads = Each::new(tx);
+    let jobs_read = push_reads(&mut reads, &requests, &runs);
+    let mut found = Vec::with_capacity(reads.len());
+    for mut sql in reads.into_statements() {
         let (text, args) = sql.build();
-        let row = sqlx::query_with(&text, args).fetch_one(&mut **tx).await?;
-        let ready = ready_of(&row)?;
-        if ready.is_empty() {
-            continue;
-        }
-        let moves: Vec<Moved> = chunk.iter().map(moved_of).collect();
-        let mut sql = Sql::new(tx);
-        push_move(&mut sql, &moves, now);
+        found.push(sqlx::query_with(&text, args).fetch_one(&mut **tx).await?);
+    }
+    let plan = plan(requests, &found, jobs_read)?;
+    let mut writes = Each::new(tx);
+    push_writes(&mut writes, &plan, now)?;
+    let mut written = 0;
+    for mut sql in writes.into_statements() {
         let (text, args) = sql.build();
-        let updated = sqlx::query_with(&text, args)
+        written += sqlx::query_with(&text, args)
             .execute(&mut **tx)
             .await?
             .rows_affected();
-        as_read(updated, ready.len(), "jobs moved on")?;
-        moved.extend(ready);
     }
-    Ok(moved)
-}
-
-/// Inserts `dispatched` runs; returns those created (the others existed already). The existing
-/// ones are read first (usually none), for the reason `move_jobs` reads before it writes.
-async fn insert_runs(
-    tx: &mut Tx,
-    runs: &[(String, i64)],
-    now: i64,
-) -> Result<HashSet<(Uuid, i64)>> {
-    let mut created = HashSet::new();
-    for chunk in runs.chunks(rows_per_statement(6)) {
-        let mut sql = Sql::new(tx);
-        push_runs_read(&mut sql, chunk);
-        let (text, args) = sql.build();
-        let row = sqlx::query_with(&text, args).fetch_one(&mut **tx).await?;
-        let existing = existing_of(&row)?;
-        let mut new = HashSet::new();
-        for (job, at) in chunk {
-            if !existing.contains(&(job.clone(), *at)) {
-                new.insert((parse_uuid(job)?, *at));
-            }
-        }
-        if new.is_empty() {
-            continue;
-        }
-        let mut sql = Sql::new(tx);
-        push_runs_insert(&mut sql, chunk, now);
-        let (text, args) = sql.build();
-        let inserted = sqlx::query_with(&text, args)
-            .execute(&mut **tx)
-            .await?
-            .rows_affected();
-        as_read(inserted, new.len(), "runs created")?;
-        created.extend(new);
-    }
-    Ok(created)
+    plan.check(written)?;
+    Ok(plan.outs)
 }
 
 /// Writes first-attempt tickets and their attempt rows.
 pub(super) async fn insert_tickets(tx: &mut Tx, tickets: &[Ticket], now: i64) -> Result<()> {
-    for chunk in tickets.chunks(rows_per_statement(12)) {
-        let mut sql = Sql::new(tx);
-        push_tickets(&mut sql, chunk, now)?;
-        let (text, args) = sql.build();
-        sqlx::query_with(&text, args).execute(&mut **tx).await?;
-        let mut sql = Sql::new(tx);
-        push_attempts(&mut sql, chunk, now);
+    let mut writes = Each::new(tx);
+    push_ticket_writes(&mut writes, tickets, now)?;
+    for mut sql in writes.into_statements() {
         let (text, args) = sql.build();
         sqlx::query_with(&text, args).execute(&mut **tx).await?;
     }
     Ok(())
 }
 
-/// `fire_simple` on SQLite in three trips: the opening with the reads of the jobs that will move
-/// and of the runs that exist, then the writes, whose row count must be what the reads said
-/// (the write lock is held in between; a wrong count rolls everything back, as in
-/// `fire_simple`), then `COMMIT`.
+/// `fire_simple` on SQLite in three trips: the opening with the reads, then the writes, whose
+/// row count must be what the reads said (the write lock is held in between; a wrong count
+/// rolls everything back, as in `fire_simple`), then `COMMIT`.
 pub(super) async fn fire_simple_in_three_trips(
     store: &Store,
     requests: Vec<FireRequest<'_>>,
     now: i64,
 ) -> Result<Vec<FireOutcome>> {
-    let runs: Vec<(String, i64)> = requests
+    let runs = occurrences(&requests);
+    let mut trip = store.trip();
+    let jobs_read = push_reads(&mut trip, &requests, &runs);
+    let reads = jobs_read + runs.chunks(rows_per_statement(2)).len();
+    let (open, found) = store.open_trip(trip, reads).await?;
+    let plan = plan(requests, &found, jobs_read)?;
+    let mut writes = Sql::sqlite();
+    push_writes(&mut writes, &plan, now)?;
+    let mut open = open;
+    if !writes.is_empty() {
+        let written;
+        (open, written) = open.write(writes).await?;
+        plan.check(written)?;
+    }
+    open.commit(Sql::sqlite()).await?;
+    Ok(plan.outs)
+}
+
+/// The occurrence each request fires: (job id as stored, time).
+fn occurrences(requests: &[FireRequest<'_>]) -> Vec<(String, i64)> {
+    requests
         .iter()
         .map(|r| (r.job_id.to_string(), r.occurrences[0].0))
-        .collect();
-    let job_chunks: Vec<&[FireRequest<'_>]> = requests.chunks(rows_per_statement(4)).collect();
-    let run_chunks: Vec<&[(String, i64)]> = runs.chunks(rows_per_statement(2)).collect();
-    let mut trip = store.trip();
-    for c in &job_chunks {
-        push_ready(&mut trip, c);
+        .collect()
+}
+
+/// The reads of a batch: the jobs still at their expected occurrence (`push_ready`), then the
+/// runs of `runs` that exist (`push_runs_read`), one row each. Returns how many of them read jobs.
+fn push_reads<'q>(
+    out: &mut impl Statements<'q>,
+    requests: &[FireRequest<'_>],
+    runs: &'q [(String, i64)],
+) -> usize {
+    let mut jobs_read = 0;
+    for chunk in requests.chunks(rows_per_statement(4)) {
+        push_ready(out.statement(), chunk);
+        jobs_read += 1;
     }
-    for c in &run_chunks {
-        push_runs_read(&mut trip, c);
+    for chunk in runs.chunks(rows_per_statement(2)) {
+        push_runs_read(out.statement(), chunk);
     }
-    let (open, found) = store
-        .open_trip(trip, job_chunks.len() + run_chunks.len())
-        .await?;
-    let (found_jobs, found_runs) = found.split_at(job_chunks.len());
+    jobs_read
+}
+
+/// What a batch writes, decided from what its reads found, with one outcome per request.
+struct Plan {
+    outs: Vec<FireOutcome>,
+    moved: Vec<Moved>,
+    new_runs: Vec<(String, i64)>,
+    tickets: Vec<Ticket>,
+}
+
+/// The rules of a batch: a request moves its job only if the job is still at the request's
+/// occurrence (else it is stale and writes nothing), and only once (a second request for the
+/// same job in one batch is stale, as it would be one by one); an occurrence with a run already
+/// is `Exists`; tickets are written only with a new run. `found` holds the rows of `push_reads`,
+/// the first `jobs_read` of them the jobs'.
+fn plan(requests: Vec<FireRequest<'_>>, found: &[AnyRow], jobs_read: usize) -> Result<Plan> {
+    let (found_jobs, found_runs) = found.split_at(jobs_read);
     // By job and occurrence: two requests for one job at different occurrences cannot both
     // move it.
     let mut ready = HashSet::new();
@@ -200,57 +150,74 @@ pub(super) async fn fire_simple_in_three_trips(
     for row in found_runs {
         existing.extend(existing_of(row)?);
     }
-    let (mut moved, mut new_runs, mut tickets) = (Vec::new(), Vec::new(), Vec::new());
-    let mut outs = Vec::with_capacity(requests.len());
-    for (req, run) in requests.into_iter().zip(runs) {
-        // Taken out of `ready`: a second request for the same job in one batch is stale, as in
-        // `fire_simple`.
+    let mut plan = Plan {
+        outs: Vec::with_capacity(requests.len()),
+        moved: Vec::new(),
+        new_runs: Vec::new(),
+        tickets: Vec::new(),
+    };
+    for req in requests {
         if !req
             .expected_next
             .is_some_and(|at| ready.remove(&(req.job_id, at)))
         {
-            outs.push(FireOutcome {
+            plan.outs.push(FireOutcome {
                 stale: true,
                 ..Default::default()
             });
             continue;
         }
-        moved.push(moved_of(&req));
+        plan.moved.push(moved_of(&req));
         let (at, item_tickets) = req.occurrences.into_iter().next().expect("one occurrence");
+        let run = (req.job_id.to_string(), at);
         let mut out = FireOutcome::default();
         if existing.contains(&run) {
             out.occurrences.push((at, Fired::Exists));
         } else {
-            new_runs.push(run);
+            plan.new_runs.push(run);
             out.occurrences.push((at, Fired::Ticketed));
-            tickets.extend(item_tickets.iter().cloned());
+            plan.tickets.extend(item_tickets.iter().cloned());
             out.tickets = item_tickets;
         }
-        outs.push(out);
+        plan.outs.push(out);
     }
-    let mut writes = Sql::sqlite();
-    for c in moved.chunks(rows_per_statement(4)) {
-        push_move(&mut writes, c, now);
-    }
-    for c in new_runs.chunks(rows_per_statement(6)) {
-        push_runs_insert(&mut writes, c, now);
-    }
-    for c in tickets.chunks(rows_per_statement(12)) {
-        push_tickets(&mut writes, c, now)?;
-        push_attempts(&mut writes, c, now);
-    }
-    let mut open = open;
-    if !writes.is_empty() {
-        let written;
-        (open, written) = open.write(writes).await?;
+    Ok(plan)
+}
+
+impl Plan {
+    /// The writes changed exactly the rows the reads said they would: each moved job, new run,
+    /// ticket and attempt once.
+    fn check(&self, written: u64) -> Result<()> {
         as_read(
             written,
-            moved.len() + new_runs.len() + 2 * tickets.len(),
+            self.moved.len() + self.new_runs.len() + 2 * self.tickets.len(),
             "jobs moved on, runs created, tickets and attempts written",
-        )?;
+        )
     }
-    open.commit(Sql::sqlite()).await?;
-    Ok(outs)
+}
+
+/// The writes of a plan: the jobs moved on, the new runs, their tickets and first attempts.
+fn push_writes<'q>(out: &mut impl Statements<'q>, plan: &'q Plan, now: i64) -> Result<()> {
+    for chunk in plan.moved.chunks(rows_per_statement(4)) {
+        push_move(out.statement(), chunk, now);
+    }
+    for chunk in plan.new_runs.chunks(rows_per_statement(6)) {
+        push_runs_insert(out.statement(), chunk, now);
+    }
+    push_ticket_writes(out, &plan.tickets, now)
+}
+
+/// Tickets and their first attempts.
+fn push_ticket_writes<'q>(
+    out: &mut impl Statements<'q>,
+    tickets: &'q [Ticket],
+    now: i64,
+) -> Result<()> {
+    for chunk in tickets.chunks(rows_per_statement(12)) {
+        push_tickets(out.statement(), chunk, now)?;
+        push_attempts(out.statement(), chunk, now);
+    }
+    Ok(())
 }
 
 /// A job to move on: its id, the occurrence it must still be at, and the next one.

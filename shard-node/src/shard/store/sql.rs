@@ -127,6 +127,50 @@ impl DerefMut for Sql<'_> {
     }
 }
 
+/// Where a caller's statements go: each into a builder of its own (`Each`: run one by one,
+/// e.g. in a transaction) or one after the other into one builder (`Sql`: one SQLite trip). The
+/// same pushing code serves both.
+pub(super) trait Statements<'a> {
+    /// A builder for the next statement.
+    fn statement(&mut self) -> &mut Sql<'a>;
+}
+
+impl<'a> Statements<'a> for Sql<'a> {
+    fn statement(&mut self) -> &mut Sql<'a> {
+        Sql::statement(self)
+    }
+}
+
+/// Statements each in a builder of its own, for one backend.
+pub(super) struct Each<'a> {
+    sqlite: bool,
+    all: Vec<Sql<'a>>,
+}
+
+impl<'a> Each<'a> {
+    pub(super) fn new(conn: &AnyConnection) -> Self {
+        Each {
+            sqlite: is_sqlite(conn),
+            all: Vec::new(),
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.all.len()
+    }
+
+    pub(super) fn into_statements(self) -> Vec<Sql<'a>> {
+        self.all
+    }
+}
+
+impl<'a> Statements<'a> for Each<'a> {
+    fn statement(&mut self) -> &mut Sql<'a> {
+        self.all.push(Sql::for_backend(self.sqlite));
+        self.all.last_mut().expect("just pushed")
+    }
+}
+
 /// `sql` with its `?` placeholders written `$1`, `$2`, … in order. The store's statements have
 /// no `?` inside a literal.
 pub(super) fn numbered(sql: &str) -> String {
