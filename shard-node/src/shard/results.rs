@@ -27,7 +27,7 @@ use super::{
 const BATCH: usize = 256;
 /// A batch smaller than this waits up to `LINGER` for more results (`top_up`).
 const LINGER_BELOW: usize = 32;
-const LINGER: Duration = Duration::from_millis(5);
+const LINGER: Duration = Duration::from_millis(20);
 /// How long one pull request for results lasts, and how often the server sends an idle heartbeat
 /// on it while it has nothing to deliver. The client keeps count of what it asked for and what
 /// came, and pulls again only when its count says so; once (rarely, under a burst) that count

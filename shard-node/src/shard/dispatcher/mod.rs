@@ -53,6 +53,10 @@ const RESCAN_AGE_MS: i64 = 30_000;
 const RESCAN_EVERY: Duration = Duration::from_secs(10);
 const RETRY_AFTER: Duration = Duration::from_millis(500);
 const FLUSH_EVERY: Duration = Duration::from_millis(20);
+/// Acks are recorded at most this often, unless `MARK_AT_ONCE` of them wait: each record is a
+/// write transaction, and at an everyday rate a transaction per flush recorded a handful.
+const MARK_EVERY: Duration = Duration::from_millis(100);
+const MARK_AT_ONCE: usize = 256;
 /// How often the outbox is counted for the backlog metric while tickets wait there only.
 const COUNT_OUTBOX_EVERY: Duration = Duration::from_secs(1);
 
@@ -265,6 +269,7 @@ impl Dispatcher {
         let mut rescan = tokio::time::interval(RESCAN_EVERY);
         rescan.reset();
         let mut count_outbox = tokio::time::Instant::now();
+        let mut marked_at = tokio::time::Instant::now();
         let mut open = true;
         loop {
             // Read each turn: the window is a live setting.
@@ -301,7 +306,10 @@ impl Dispatcher {
                     self.read_outbox(window * 2).await?;
                 }
                 _ = flush.tick(), if self.has_flush_work(open) => {
-                    self.start_marking();
+                    if self.acked.len() >= MARK_AT_ONCE || marked_at.elapsed() >= MARK_EVERY || !open {
+                        marked_at = tokio::time::Instant::now();
+                        self.start_marking();
+                    }
                     let now = self.ctx.clock.now_ms();
                     self.withdrawn.lock().retain(|_, at| *at > now - TOMBSTONE_MS);
                     if count_outbox.elapsed() >= COUNT_OUTBOX_EVERY {
