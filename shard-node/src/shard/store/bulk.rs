@@ -231,8 +231,7 @@ fn moved_of(r: &FireRequest<'_>) -> Moved {
 /// occurrence and active, as one JSON value of (id, occurrence): a request moves its job only if
 /// it is for the occurrence the job is at.
 fn push_ready(sql: &mut Sql<'_>, chunk: &[FireRequest<'_>]) {
-    sql.statement().push("SELECT ");
-    sql.json_rows_of("jobs.id, jobs.next_fire_at")
+    sql.select_json_rows("jobs.id, jobs.next_fire_at")
         .push(" FROM jobs JOIN (");
     sql.push_values(chunk, |mut row, r| {
         row.push_bind(r.job_id.to_string())
@@ -278,8 +277,7 @@ fn push_move(sql: &mut Sql<'_>, chunk: &[Moved], now: i64) {
 
 /// The runs of a chunk of occurrences (job id, scheduled time) that exist, as one JSON value.
 fn push_runs_read<'q>(sql: &mut Sql<'q>, chunk: &'q [(String, i64)]) {
-    sql.statement().push("SELECT ");
-    sql.json_rows_of("runs.job_id, runs.scheduled_at")
+    sql.select_json_rows("runs.job_id, runs.scheduled_at")
         .push(" FROM runs JOIN (");
     sql.push_values(chunk, |mut row, (job, at)| {
         row.push_bind(job.as_str()).push_bind(*at);

@@ -165,15 +165,14 @@ impl Store {
     }
 
     /// Several jobs by id (those that exist), in one query (the fire path's read: its rows come
-    /// back as one JSON value, see `json_rows_of`).
+    /// back as one JSON value, see `select_json_rows`).
     pub async fn get_jobs(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, JobRow>> {
         if ids.is_empty() {
             return Ok(HashMap::new());
         }
         let mut conn = self.pool.acquire().await?;
         let mut sql = Sql::new(&conn);
-        sql.push("SELECT ");
-        sql.json_rows_of(JOB_COLUMNS)
+        sql.select_json_rows(JOB_COLUMNS)
             .push(" FROM jobs WHERE id IN (");
         sql.list(ids.iter().map(Uuid::to_string)).push(")");
         let (text, args) = sql.build();

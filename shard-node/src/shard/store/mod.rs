@@ -7,7 +7,7 @@
 //! One set of queries serves both backends through sqlx's `Any` driver: placeholders are `$n`
 //! (SQLite reads them by number too; statements built for many rows are written with their
 //! values by one builder, `sql::Sql`), integers are 64-bit, and the only backend-specific SQL
-//! outside the two migration folders is `json_rows_of`'s aggregate and SQLite's one-trip
+//! outside the two migration folders is `select_json_rows`'s aggregate and SQLite's one-trip
 //! transactions (`one_trip`: a whole write
 //! transaction as one multi-statement string, for creates and ack marking). It must not know
 //! about NATS, the wheel or the clock: callers pass `now`.
@@ -351,7 +351,7 @@ fn json_select(sqlite: bool, cols: &str) -> String {
     }
 }
 
-/// The rows of a `json_rows_of` query, each as `T` (a tuple of its columns' types in order).
+/// The rows of a `select_json_rows` query, each as `T` (a tuple of its columns' types in order).
 pub(super) fn json_rows<T: serde::de::DeserializeOwned>(text: &str) -> Result<Vec<T>> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("rows as JSON: {e}")))
 }

@@ -107,7 +107,7 @@ impl Store {
     }
 
     /// Runs a `trip` whose statements are `reads` returning one row each (e.g. a
-    /// `json_rows_of` select) and leaves the transaction open: returns it and those rows, in
+    /// `select_json_rows` select) and leaves the transaction open: returns it and those rows, in
     /// order. Fenced when another owner's epoch is in the database.
     pub(super) async fn open_trip(
         &self,

@@ -1,6 +1,6 @@
 //! Statements built for many rows: the SQL and its values written by one builder (sqlx's
 //! `QueryBuilder`), so that a placeholder and its value cannot disagree by position, for either
-//! backend. It owns the placeholder rules and the `json_rows_of` aggregate; it must not know
+//! backend. It owns the placeholder rules and the `select_json_rows` aggregate; it must not know
 //! which statements the store builds.
 //!
 //! `QueryBuilder<Any>` writes every placeholder as an anonymous `?`, since `Any`'s arguments do
@@ -76,12 +76,12 @@ impl<'a> Sql<'a> {
         self.qb.sql().is_empty()
     }
 
-    /// `cols` as the rows of a query aggregated into one JSON value (an array of arrays), which
-    /// a caller reads with `json_rows`. One value in one row costs one step of the driver, where
-    /// n rows cost n.
-    pub(super) fn json_rows_of(&mut self, cols: &str) -> &mut Self {
+    /// Starts a statement `SELECT` of `cols` as the rows of a query aggregated into one JSON
+    /// value (an array of arrays), which a caller reads with `json_rows`; push its `FROM` next.
+    /// One value in one row costs one step of the driver, where n rows cost n.
+    pub(super) fn select_json_rows(&mut self, cols: &str) -> &mut Self {
         let aggregate = super::json_select(self.sqlite, cols);
-        self.qb.push(aggregate);
+        self.statement().push("SELECT ").push(aggregate);
         self
     }
 

@@ -154,8 +154,7 @@ impl<'a> Read<'a> {
                 " FROM tickets t LEFT JOIN jobs j ON j.id = t.job_id WHERE t.id IN (",
             ),
         };
-        sql.statement().push("SELECT ");
-        sql.json_rows_of(cols).push(from);
+        sql.select_json_rows(cols).push(from);
         sql.list(self.ids.iter().map(String::as_str)).push(")");
     }
 

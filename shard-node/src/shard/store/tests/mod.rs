@@ -493,7 +493,7 @@ async fn opening_a_shard_reads_buffered_jobs_by_index() {
     );
 }
 
-/// Rows read as one JSON value (`json_rows_of`) come back as stored: text that needs escaping,
+/// Rows read as one JSON value (`select_json_rows`) come back as stored: text that needs escaping,
 /// nulls, integers beyond 2^53; no rows is an empty list on both backends.
 async fn rows_read_as_json_keep_every_value(db: TestDb) {
     let s = open(&db, 1).await.unwrap();
