@@ -35,7 +35,7 @@ use uuid::Uuid;
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
-// Only `env_num` is used here; the rest serves fire.rs and scale.rs.
+// Only `env_num` is used here; the rest serves the other benches.
 #[allow(dead_code)]
 mod common;
 use common::env_num;

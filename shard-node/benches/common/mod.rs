@@ -1,7 +1,8 @@
-//! What the shard-node benches share: the cluster state that hands every shard to one node, one-shot
-//! jobs written straight into a shard's database through its store (the rows the shard's create
+//! What the shard-node benches share: the cluster state that hands every shard to one node, jobs
+//! (one-shot, or cron) written straight into a shard's database through its store (the rows the shard's create
 //! request would write), and the facts about the machine a report names. Each bench includes it
-//! with `mod common;` (a directory without `main.rs`, so Cargo does not take it for a bench).
+//! with `mod common;` (a directory without `main.rs`, so Cargo does not take it for a bench; a
+//! bench in a directory of its own names the path).
 
 use std::path::{Path, PathBuf};
 
@@ -43,7 +44,7 @@ pub(crate) async fn assign_all(
     Ok(())
 }
 
-/// The one-shot jobs a bench creates: who opens the stores, and what the jobs look like.
+/// The jobs a bench creates: who opens the stores, and what the jobs look like.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Seed {
     /// Node id recorded as the shard's owner (epoch 1), as the node that later opens it.
@@ -60,11 +61,15 @@ pub(crate) struct Seed {
 }
 
 impl Seed {
-    fn row(&self, tenant: &str, at: i64, now: i64) -> Res<JobRow> {
+    fn row(&self, tenant: &str, at: i64, cron: Option<&str>, now: i64) -> Res<JobRow> {
+        let schedule = match cron {
+            Some(expr) => serde_json::json!({"cron": expr}),
+            None => serde_json::json!({"at": from_millis(at).to_rfc3339()}),
+        };
         let spec: JobSpec = serde_json::from_value(serde_json::json!({
             "tenant": tenant,
             "name": self.name,
-            "schedule": {"at": from_millis(at).to_rfc3339()},
+            "schedule": schedule,
             "target": {"type": "queue", "queue": self.queue},
         }))?;
         Ok(JobRow {
@@ -80,14 +85,28 @@ impl Seed {
         })
     }
 
-    /// Creates one shard's jobs `(k, due ms)` through its store, `batch` per transaction
-    /// (`Store::create_jobs`, the shard's own create path), calls `created(id, due)` for each,
-    /// then closes the store.
+    /// Creates one shard's one-shot jobs `(k, due ms)`: see `create_scheduled`.
     pub(crate) async fn create_jobs(
         &self,
         dbs: &Databases,
         shard: u32,
         due: impl IntoIterator<Item = (usize, i64)>,
+        created: impl FnMut(Uuid, i64),
+    ) -> Res<()> {
+        let due = due.into_iter().map(|(k, at)| (k, at, None));
+        self.create_scheduled(dbs, shard, due, created).await
+    }
+
+    /// Creates one shard's jobs `(k, next occurrence ms, cron expression)` through its store,
+    /// `batch` per transaction (`Store::create_jobs`, the shard's own create path), calls
+    /// `created(id, due)` for each, then closes the store. A job without a cron expression is a
+    /// one-shot at its occurrence; a cron job's occurrence must be one its expression matches (in
+    /// UTC), since it is written as the job's next fire time.
+    pub(crate) async fn create_scheduled(
+        &self,
+        dbs: &Databases,
+        shard: u32,
+        due: impl IntoIterator<Item = (usize, i64, Option<String>)>,
         mut created: impl FnMut(Uuid, i64),
     ) -> Res<()> {
         let now = chrono::Utc::now().timestamp_millis();
@@ -95,9 +114,9 @@ impl Seed {
         let batch = self.batch.max(1);
         let mut rows: Vec<JobRow> = Vec::with_capacity(batch);
         let mut due = due.into_iter().peekable();
-        while let Some((k, at)) = due.next() {
+        while let Some((k, at, cron)) = due.next() {
             let tenant = format!("bench-s{shard}-t{}", k % self.tenants.max(1));
-            rows.push(self.row(&tenant, at, now)?);
+            rows.push(self.row(&tenant, at, cron.as_deref(), now)?);
             if rows.len() == batch || due.peek().is_none() {
                 let jobs: Vec<(&JobRow, Option<&str>)> = rows.iter().map(|r| (r, None)).collect();
                 for (outcome, row) in store.create_jobs(&jobs).await?.iter().zip(&rows) {
@@ -112,6 +131,18 @@ impl Seed {
         store.close().await;
         Ok(())
     }
+}
+
+/// Fires (ticket rows written) counted by the node's metrics, over every shard: the bench runs
+/// the node in its own process, so its metrics are the bench's.
+pub(crate) fn fires_total(shards: u32) -> u64 {
+    (0..shards)
+        .map(|s| {
+            chronoshard_telemetry::metrics::FIRES_TOTAL
+                .with_label_values(&[&s.to_string()])
+                .get()
+        })
+        .sum()
 }
 
 pub(crate) fn cores() -> usize {

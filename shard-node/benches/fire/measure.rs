@@ -11,7 +11,6 @@ use std::{
 
 use bytes::Bytes;
 use chrono::Utc;
-use chronoshard_telemetry::metrics;
 use chronoshard_wire::names;
 use futures::StreamExt;
 
@@ -77,17 +76,6 @@ pub(crate) fn collect(
             slow_consumer: slow.load(Ordering::Relaxed),
         })
     })
-}
-
-/// Fires (ticket rows written) counted by the node's metrics, over every shard.
-pub(crate) fn fires_total(shards: u32) -> u64 {
-    (0..shards)
-        .map(|s| {
-            metrics::FIRES_TOTAL
-                .with_label_values(&[&s.to_string()])
-                .get()
-        })
-        .sum()
 }
 
 /// Tickets per second between the polls where 10% and 90% of `n` were first in the stream.

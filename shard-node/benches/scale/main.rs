@@ -46,17 +46,23 @@
 //! - `SCALE_BENCH_BATCH` [1000]: jobs per seeding transaction.
 //! - `SCALE_BENCH_DAYS` [30]: the due times span this many days.
 //! - `SCALE_BENCH_GAP_S` [60]: the earliest due time lies this long after the last seeding pass
-//!   started. A node that takes longer to settle fires jobs meanwhile (counted and printed).
+//!   started (the pass itself, a `sync` of what it wrote, and the node's start come within it). A
+//!   node that takes longer to settle fires jobs meanwhile (counted and printed).
 //! - `SCALE_BENCH_OBSERVE_S` [10]: RSS sampling after settling.
 //! - `SCALE_BENCH_TIMEOUT_S` [1800]: the deadline for the node to open and settle.
 //! - `SCALE_BENCH_DIR` [the system temp dir]: where the shard files are written.
 //! - `SCALE_BENCH_POSTGRES` [0]: 1 keeps the shards in PostgreSQL instead (one schema per shard,
 //!   as `Databases::Postgres`): a server of the bench's own (initdb into the system temp dir,
 //!   default settings), a new database per N; "disk" is then `pg_database_size`.
+//! - `SCALE_BENCH_RATE` [unset]: the firing mode (`firing.rs`): the jobs fire this many times a
+//!   second together instead of being due over days, `SCALE_BENCH_CRON_PERCENT` [10] of them
+//!   hourly cron jobs; a no-op worker in the bench's process runs the tickets, and the node's
+//!   fire lateness and the worker's start lateness are measured over `SCALE_BENCH_OBSERVE_S` from
+//!   the earliest occurrence (`SCALE_BENCH_GAP_S` after the last seeding pass began: make it
+//!   longer than the node takes to settle, or the first fires come before the window).
 //!
-//! Not measured: recurring schedules (a cron job holds one row too, but its fire evaluates the
-//! schedule), jobs created through the API while the node runs (the shard's create path), the
-//! fire path at this scale, more than one node.
+//! Not measured: jobs created through the API while the node runs (the shard's create path),
+//! more than one node, a worker in a process of its own.
 
 use std::{
     path::Path,
@@ -81,13 +87,20 @@ use chronoshard_wire::{
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio_util::sync::CancellationToken;
 
+// `Seed::create_jobs` (one-shots only) serves fire.rs; this bench seeds cron jobs as well.
+#[allow(dead_code)]
+#[path = "../common/mod.rs"]
 mod common;
+mod firing;
 
-use common::{assign_all, cores, cpu_model, env_num, finish, loadavg, runtime, Seed};
+use common::{assign_all, cores, cpu_model, env_num, finish, fires_total, loadavg, runtime, Seed};
+use firing::{Firing, NoopWorker};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 const NODE: &str = "scale-node";
+/// The jobs' target queue.
+const QUEUE: &str = "scale";
 /// Set (to the node's parameters, as JSON) in the node process.
 const NODE_ENV: &str = "SCALE_BENCH_NODE";
 /// The node process's line with its figures starts with this.
@@ -120,6 +133,8 @@ struct Config {
     timeout: Duration,
     dir: std::path::PathBuf,
     postgres: bool,
+    /// The firing mode (`firing.rs`), when `SCALE_BENCH_RATE` is set.
+    firing: Option<Firing>,
 }
 
 impl Config {
@@ -147,7 +162,20 @@ impl Config {
                 .map(Into::into)
                 .unwrap_or_else(std::env::temp_dir),
             postgres: env_num("SCALE_BENCH_POSTGRES", 0u32)? != 0,
+            firing: Firing::from_env()?,
         })
+    }
+
+    fn gap(&self) -> Duration {
+        Duration::from_millis(self.gap_ms.max(0) as u64)
+    }
+
+    /// The span (ms) the one-shots of `n` jobs are due over.
+    fn span_ms(&self, n: usize) -> Res<i64> {
+        match self.firing {
+            Some(f) => f.one_shot_span_ms(n),
+            None => Ok(self.span_ms),
+        }
     }
 }
 
@@ -156,8 +184,15 @@ async fn run() -> Res<()> {
     let started = Utc::now();
     let horizon = ShardConfig::default().horizon;
     let backend = if cfg.postgres { "postgres" } else { "sqlite" };
+    let due = match cfg.firing {
+        Some(f) => format!(
+            "firing {}/s ({}% hourly cron jobs, the rest one-shots), a no-op worker",
+            f.rate, f.cron_percent
+        ),
+        None => format!("due over {} days", cfg.span_ms / 86_400_000),
+    };
     println!(
-        "scale bench: {} cores ({}), {} MiB RAM, load average {}; N = {:?}, {} shards on {backend}, {} tenants per shard, due over {} days, horizon {} s",
+        "scale bench: {} cores ({}), {} MiB RAM, load average {}; N = {:?}, {} shards on {backend}, {} tenants per shard, {due}, horizon {} s",
         cores(),
         cpu_model(),
         mem_total_kib() / 1024,
@@ -165,7 +200,6 @@ async fn run() -> Res<()> {
         cfg.jobs,
         cfg.shards,
         cfg.tenants,
-        cfg.span_ms / 86_400_000,
         horizon.as_secs()
     );
     let mut report = serde_json::json!({
@@ -180,7 +214,8 @@ async fn run() -> Res<()> {
         "backend": backend,
         "tenants_per_shard": cfg.tenants,
         "seed_jobs_per_transaction": cfg.batch,
-        "due_span_days": cfg.span_ms / 86_400_000,
+        "due_span_days": cfg.firing.is_none().then_some(cfg.span_ms / 86_400_000),
+        "firing": cfg.firing.map(|f| serde_json::json!({"rate_per_s": f.rate, "cron_percent": f.cron_percent})),
         "horizon_s": horizon.as_secs(),
         "gap_s": cfg.gap_ms / 1000,
         "observe_s": cfg.observe.as_secs(),
@@ -255,6 +290,8 @@ struct Row {
     expected_wheel: u64,
     nats_version: String,
     node: NodeFigures,
+    /// The worker's start lateness over the node's window (firing mode).
+    starts: Option<serde_json::Value>,
 }
 
 impl Row {
@@ -271,6 +308,7 @@ impl Row {
             "disk_bytes_per_job": (self.jobs > 0).then(|| (self.disk_bytes as f64 / self.jobs as f64).round()),
             "wheel_entries_expected_at_least": self.expected_wheel,
             "node": serde_json::to_value(&self.node).unwrap_or_default(),
+            "start_lateness": self.starts,
         })
     }
 }
@@ -298,6 +336,13 @@ struct NodeFigures {
     wheel_entries_end: i64,
     fires: u64,
     threads: u64,
+    /// Firing mode: the observation window (ms since the epoch), what fired in it and the fire
+    /// lateness of those fires (`firing::Buckets::json`), at the send and at JetStream's ack.
+    window_from_ms: i64,
+    window_until_ms: i64,
+    window_fires: u64,
+    fire_send_lateness: serde_json::Value,
+    fire_lateness: serde_json::Value,
 }
 
 impl NodeFigures {
@@ -352,6 +397,11 @@ async fn measure_on(cfg: &Config, n: usize, dbs: &Databases, data: &Path) -> Res
         disk_bytes as f64 / 1048576.0,
         if n > 0 { (disk_bytes / n as u64).to_string() } else { "-".into() }
     );
+    // The seeding's writes reach the disk before the node starts: else the kernel writes back
+    // gigabytes while the node is watched, and throttles every process's writes meanwhile.
+    let synced = Instant::now();
+    tokio::process::Command::new("sync").status().await?;
+    println!("sync: {:.1} s", synced.elapsed().as_secs_f64());
     // The node's first load takes every job due by its start plus the horizon, at least.
     let until = Utc::now().timestamp_millis() + ShardConfig::default().horizon.as_millis() as i64;
     let expected: Vec<u64> = near_due
@@ -370,12 +420,18 @@ async fn measure_on(cfg: &Config, n: usize, dbs: &Databases, data: &Path) -> Res
         expected,
         observe_ms: cfg.observe.as_millis() as u64,
         timeout_ms: cfg.timeout.as_millis() as u64,
+        first_due_ms: cfg.firing.and(near_due.iter().flatten().min().copied()),
     };
-    let node = run_node_process(
-        &params,
-        cfg.timeout + cfg.observe + Duration::from_secs(120),
-    )
-    .await?;
+    let worker = match cfg.firing {
+        Some(_) => Some(NoopWorker::start(&nats.url(), QUEUE).await?),
+        None => None,
+    };
+    let deadline = cfg.timeout + cfg.observe + Duration::from_secs(120) + cfg.gap();
+    let node = run_node_process(&params, deadline).await?;
+    let starts = match worker {
+        Some(w) => Some(firing::starts(w, &node).await?),
+        None => None,
+    };
     println!(
         "node: every shard open {} ms after start (open → event loop up to {} ms), settled after {} ms ({} ms after its process started); wheel entries {} (expected at least {expected_wheel}), fires meanwhile {}",
         node.open_ms, node.recovery_ms(), node.settled_ms, node.process_settled_ms, node.wheel_entries, node.fires
@@ -399,6 +455,7 @@ async fn measure_on(cfg: &Config, n: usize, dbs: &Databases, data: &Path) -> Res
         expected_wheel,
         nats_version,
         node,
+        starts,
     })
 }
 
@@ -418,12 +475,12 @@ async fn seed(
     began: Instant,
 ) -> Res<(u64, Vec<Vec<i64>>)> {
     let now = Utc::now().timestamp_millis();
-    let (span, gap) = (cfg.span_ms, cfg.gap_ms);
+    let (span, gap, firing) = (cfg.span_ms(n)?, cfg.gap_ms, cfg.firing);
     let done = Arc::new(AtomicU64::new(0));
     let seed = Seed {
         owner: NODE,
         name: "scale-bench",
-        queue: "scale",
+        queue: QUEUE,
         tenants: cfg.tenants,
         batch: cfg.batch,
     };
@@ -434,15 +491,21 @@ async fn seed(
         tasks.push(tokio::spawn(async move {
             // Job i = shard + k × shards.
             let due = (shard..n).step_by(shards).enumerate().filter_map(|(k, i)| {
-                let offset = due_offset(i as u64, span);
+                let i = i as u64;
+                if let Some(f) = firing.filter(|f| f.is_cron(i)) {
+                    // Within the hour after the gap: always the near pass.
+                    let (expr, at) = f.cron(i, now + gap);
+                    return (pass == Pass::Near).then_some((k, at, Some(expr)));
+                }
+                let offset = due_offset(i, span);
                 match pass {
-                    Pass::Far if offset >= NEAR_MS => Some((k, now + offset)),
-                    Pass::Near if offset < NEAR_MS => Some((k, now + gap + offset)),
+                    Pass::Far if offset >= NEAR_MS => Some((k, now + offset, None)),
+                    Pass::Near if offset < NEAR_MS => Some((k, now + gap + offset, None)),
                     _ => None,
                 }
             });
             let mut near = Vec::new();
-            seed.create_jobs(&dbs, shard as u32, due, |_, at| {
+            seed.create_scheduled(&dbs, shard as u32, due, |_, at| {
                 done.fetch_add(1, Ordering::Relaxed);
                 if pass == Pass::Near {
                     near.push(at);
@@ -491,6 +554,8 @@ struct NodeParams {
     expected: Vec<u64>,
     observe_ms: u64,
     timeout_ms: u64,
+    /// Firing mode: the earliest occurrence (ms since the epoch); the observation starts there.
+    first_due_ms: Option<i64>,
 }
 
 /// Runs this binary again as the node process and returns what it reported.
@@ -595,24 +660,34 @@ async fn node_process(p: NodeParams, began: Instant) -> Res<()> {
         f.rss_kib,
         p.observe_ms
     );
+    let fires = || fires_total(p.shards);
+    // Firing mode: the window opens a second before the earliest occurrence (a time of day, not a
+    // condition), since a shard may publish a ticket ahead of its time (`fire_lead`).
+    if let Some(first) = p.first_due_ms {
+        let wait = first - 1000 - Utc::now().timestamp_millis();
+        tokio::time::sleep(Duration::from_millis(wait.max(0) as u64)).await;
+    }
+    let (fired_before, late_before) = (fires(), firing::lateness(p.shards));
+    f.window_from_ms = Utc::now().timestamp_millis();
     // An observation window, not synchronisation: VmRSS sampled while the node goes on.
-    let until = settled + Duration::from_millis(p.observe_ms);
+    let until = Instant::now() + Duration::from_millis(p.observe_ms);
     while Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(200)).await;
         f.rss_max_sampled_kib = f.rss_max_sampled_kib.max(proc_status().get("VmRSS"));
+    }
+    f.window_until_ms = Utc::now().timestamp_millis();
+    f.window_fires = fires() - fired_before;
+    if p.first_due_ms.is_some() {
+        let (send, ack) = firing::lateness(p.shards);
+        f.fire_send_lateness = send.since(&late_before.0).json();
+        f.fire_lateness = ack.since(&late_before.1).json();
     }
     let end = proc_status();
     f.rss_end_kib = end.get("VmRSS");
     f.hwm_kib = end.get("VmHWM");
     f.threads = end.get("Threads");
     f.wheel_entries_end = wheel();
-    f.fires = (0..shards)
-        .map(|s| {
-            metrics::FIRES_TOTAL
-                .with_label_values(&[&s.to_string()])
-                .get()
-        })
-        .sum();
+    f.fires = fired_before + f.window_fires;
     println!("{RESULT_PREFIX}{}", serde_json::to_string(&f)?);
     shutdown.cancel();
     tokio::time::timeout(Duration::from_secs(60), task).await??;
