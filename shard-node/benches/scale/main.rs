@@ -669,6 +669,9 @@ async fn node_process(p: NodeParams, began: Instant) -> Res<()> {
     }
     let (fired_before, late_before) = (fires(), firing::lateness(p.shards));
     f.window_from_ms = Utc::now().timestamp_millis();
+    if p.first_due_ms.is_some() {
+        println!("observation window open");
+    }
     // An observation window, not synchronisation: VmRSS sampled while the node goes on.
     let until = Instant::now() + Duration::from_millis(p.observe_ms);
     while Instant::now() < until {
