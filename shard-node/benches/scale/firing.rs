@@ -164,20 +164,18 @@ impl Buckets {
     }
 
     /// The smallest bucket bound (ms) that holds at least `q` of the observations: the quantile
-    /// is at or under it.
-    pub fn quantile_bound_ms(&self, q: f64) -> f64 {
-        let need = (q * self.total() as f64).ceil() as u64;
+    /// is at or under it. None when nothing was observed, or when only `+Inf` holds it.
+    pub fn quantile_bound_ms(&self, q: f64) -> Option<f64> {
+        let need = (q * self.total() as f64).ceil().max(1.0) as u64;
         self.counts
             .iter()
             .find(|c| c.1 >= need)
-            .map_or(f64::INFINITY, |c| c.0 * 1000.0)
+            .map(|c| c.0 * 1000.0)
+            .filter(|ms| ms.is_finite())
     }
 
     pub fn json(&self) -> serde_json::Value {
-        let bound = |q| {
-            let b = self.quantile_bound_ms(q);
-            b.is_finite().then_some(b)
-        };
+        let bound = |q| self.quantile_bound_ms(q);
         serde_json::json!({
             "count": self.total(),
             "within_3ms": self.within(0.003),
