@@ -82,8 +82,10 @@ mod common;
 #[path = "fire/measure.rs"]
 mod measure;
 
-use common::{assign_all, cores, cpu_model, env_num, finish, fires_total, loadavg, runtime, Seed};
-use measure::{collect, steady_rate, Percentiles};
+use common::{
+    assign_all, cores, cpu_model, env_num, finish, fires_total, loadavg, runtime, Percentiles, Seed,
+};
+use measure::{collect, steady_rate};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 

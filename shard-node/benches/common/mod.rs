@@ -1,6 +1,7 @@
 //! What the shard-node benches share: the cluster state that hands every shard to one node, jobs
-//! (one-shot, or cron) written straight into a shard's database through its store (the rows the shard's create
-//! request would write), and the facts about the machine a report names. Each bench includes it
+//! (one-shot, or cron) written straight into a shard's database through its store (the rows the
+//! shard's create request would write), percentiles, and the facts about the machine a report
+//! names. Each bench includes it
 //! with `mod common;` (a directory without `main.rs`, so Cargo does not take it for a bench; a
 //! bench in a directory of its own names the path).
 
@@ -143,6 +144,39 @@ pub(crate) fn fires_total(shards: u32) -> u64 {
                 .get()
         })
         .sum()
+}
+
+/// Nearest-rank percentiles of a sample.
+pub(crate) struct Percentiles {
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+impl Percentiles {
+    /// Nearest-rank percentiles (NaN for an empty sample).
+    pub fn of(v: &mut [f64]) -> Percentiles {
+        v.sort_by(f64::total_cmp);
+        let q = |p: f64| {
+            if v.is_empty() {
+                return f64::NAN;
+            }
+            let rank = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len());
+            v[rank - 1]
+        };
+        Percentiles {
+            p50: q(0.5),
+            p99: q(0.99),
+            p999: q(0.999),
+            max: q(1.0),
+        }
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        let r = |x: f64| (x * 10.0).round() / 10.0;
+        serde_json::json!({"p50": r(self.p50), "p99": r(self.p99), "p99_9": r(self.p999), "max": r(self.max)})
+    }
 }
 
 pub(crate) fn cores() -> usize {

@@ -85,35 +85,3 @@ pub(crate) fn steady_rate(samples: &[(i64, u64)], n: u64) -> Option<f64> {
     let (t2, m2) = at(0.9)?;
     (t2 > t1).then(|| (m2 - m1) as f64 / ((t2 - t1) as f64 / 1000.0))
 }
-
-pub(crate) struct Percentiles {
-    pub p50: f64,
-    pub p99: f64,
-    pub p999: f64,
-    pub max: f64,
-}
-
-impl Percentiles {
-    /// Nearest-rank percentiles (NaN for an empty sample).
-    pub fn of(v: &mut [f64]) -> Percentiles {
-        v.sort_by(f64::total_cmp);
-        let q = |p: f64| {
-            if v.is_empty() {
-                return f64::NAN;
-            }
-            let rank = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len());
-            v[rank - 1]
-        };
-        Percentiles {
-            p50: q(0.5),
-            p99: q(0.99),
-            p999: q(0.999),
-            max: q(1.0),
-        }
-    }
-
-    pub fn json(&self) -> serde_json::Value {
-        let r = |x: f64| (x * 10.0).round() / 10.0;
-        serde_json::json!({"p50": r(self.p50), "p99": r(self.p99), "p99_9": r(self.p999), "max": r(self.max)})
-    }
-}

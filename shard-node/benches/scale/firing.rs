@@ -11,8 +11,8 @@
 //!   and what differs between them is the job count alone.
 //! - The earliest occurrence is `SCALE_BENCH_GAP_S` after the seeding's last pass began. The node
 //!   process waits until a second before that instant (after it settled) and observes for
-//!   `SCALE_BENCH_OBSERVE_S` from there: its fire lateness (the node's own histograms, read before and after, so only the
-//!   window's fires count), its fires and its RSS. The worker writes down each first attempt's
+//!   `SCALE_BENCH_OBSERVE_S` from there: its fire lateness (the node's own histograms, read
+//!   before and after, so only the window's fires count), its fires and its RSS. The worker writes down each first attempt's
 //!   start lateness (handler start minus the ticket's scheduled time); the report keeps the
 //!   tickets scheduled within the window.
 //!
@@ -28,7 +28,10 @@ use chronoshard_worker::{Connections, Handlers, Job, JobError, Options, QueueLim
 use tokio::task::JoinHandle;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use super::{common::env_num, due_offset, NodeFigures, Res};
+use super::{
+    common::{env_num, Percentiles},
+    due_offset, NodeFigures, Res,
+};
 
 /// An hour in ms: a cron job's period.
 const HOUR_MS: i64 = 3_600_000;
@@ -242,35 +245,34 @@ impl NoopWorker {
         })
     }
 
-    /// Stops the worker; returns the start lateness (µs, ascending) of the first attempts
-    /// scheduled in `[from, until)` ms.
-    async fn stop(self, from: i64, until: i64) -> Res<Vec<i64>> {
+    /// Stops the worker; returns the start lateness (ms) of the first attempts scheduled in
+    /// `[from, until)` ms.
+    async fn stop(self, from: i64, until: i64) -> Res<Vec<f64>> {
         drop(self.stop);
         tokio::time::timeout(Duration::from_secs(60), self.task).await??;
         let starts = self.starts.lock().map_err(|_| "start list poisoned")?;
-        let mut late: Vec<i64> = starts
+        Ok(starts
             .iter()
             .filter(|(at, _)| (from..until).contains(at))
-            .map(|(_, l)| *l)
-            .collect();
-        late.sort_unstable();
-        Ok(late)
+            .map(|(_, us)| *us as f64 / 1000.0)
+            .collect())
     }
 }
 
 /// Stops the worker and sums up the start lateness of the first attempts scheduled in the
 /// node's observation window; prints it with the node's fire lateness.
 pub(crate) async fn starts(worker: NoopWorker, node: &NodeFigures) -> Res<serde_json::Value> {
-    let late = worker
+    let mut late = worker
         .stop(node.window_from_ms, node.window_until_ms)
         .await?;
-    let ms = |q| quantile(&late, q).map(|us| us as f64 / 1000.0);
-    let within_5ms =
-        late.iter().filter(|us| **us <= 5_000).count() as f64 / late.len().max(1) as f64;
+    let within_5ms = late.iter().filter(|ms| **ms <= 5.0).count() as f64 / late.len().max(1) as f64;
+    let p = Percentiles::of(&mut late);
+    // Hundredths of a millisecond, not `Percentiles::json`'s tenths: these are exact samples.
+    let ms = |x: f64| x.is_finite().then(|| (x * 100.0).round() / 100.0);
     let window_s = (node.window_until_ms - node.window_from_ms) as f64 / 1000.0;
     let starts = serde_json::json!({
-        "count": late.len(), "p50_ms": ms(0.5), "p99_ms": ms(0.99), "p999_ms": ms(0.999),
-        "max_ms": ms(1.0), "within_5ms": within_5ms,
+        "count": late.len(), "p50_ms": ms(p.p50), "p99_ms": ms(p.p99), "p999_ms": ms(p.p999),
+        "max_ms": ms(p.max), "within_5ms": within_5ms,
     });
     println!(
         "firing: {} fires in {window_s:.1} s ({:.0}/s; {} before the window); fire lateness at the send {}, at JetStream's ack {}; start lateness {starts}",
@@ -281,13 +283,4 @@ pub(crate) async fn starts(worker: NoopWorker, node: &NodeFigures) -> Res<serde_
         node.fire_lateness,
     );
     Ok(starts)
-}
-
-/// The `q` quantile of ascending samples (nearest rank).
-pub(crate) fn quantile(sorted: &[i64], q: f64) -> Option<i64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    Some(sorted[rank - 1])
 }

@@ -16,7 +16,7 @@
 //!    starts however long the seeding took, and the wheel holds what it holds in steady state:
 //!    the jobs due within the horizon (300 s by default), about N × 300 s / 30 days. Printed: the
 //!    seeding rate and the bytes of the shard files on disk.
-//! 3. The node in a process of its own, so neither the seeding nor the bench's own memory is
+//! 3. The node in a process of its own (`node.rs`), so neither the seeding nor the bench's own memory is
 //!    counted: the bench binary runs itself again (`std::env::current_exe`, with
 //!    `SCALE_BENCH_NODE` set), and that process starts `ShardNode::start` on the shard files and
 //!    the same nats-server with the default `ShardConfig`. It waits, with a deadline, until
@@ -66,7 +66,6 @@
 
 use std::{
     path::Path,
-    process::Stdio,
     sync::{
         atomic::{AtomicU64, Ordering},
         Arc,
@@ -76,35 +75,26 @@ use std::{
 
 use chrono::Utc;
 use chronoshard_cluster::Cluster;
-use chronoshard_shard_node::{Databases, Options, ShardConfig, ShardNode};
-use chronoshard_telemetry::metrics;
+use chronoshard_shard_node::{Databases, ShardConfig};
 use chronoshard_test_util::Nats;
-use chronoshard_wire::{
-    names,
-    rpc::{ShardReply, ShardRequest},
-    settings::Settings,
-};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio_util::sync::CancellationToken;
+use chronoshard_wire::settings::Settings;
 
 // `Seed::create_jobs` (one-shots only) serves fire.rs; this bench seeds cron jobs as well.
 #[allow(dead_code)]
 #[path = "../common/mod.rs"]
 mod common;
 mod firing;
+mod node;
 
-use common::{assign_all, cores, cpu_model, env_num, finish, fires_total, loadavg, runtime, Seed};
+use common::{assign_all, cores, cpu_model, env_num, finish, loadavg, runtime, Seed};
 use firing::{Firing, NoopWorker};
+use node::{mem_total_kib, NodeFigures, NodeParams, NODE_ENV};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 const NODE: &str = "scale-node";
 /// The jobs' target queue.
 const QUEUE: &str = "scale";
-/// Set (to the node's parameters, as JSON) in the node process.
-const NODE_ENV: &str = "SCALE_BENCH_NODE";
-/// The node process's line with its figures starts with this.
-const RESULT_PREFIX: &str = "SCALE_NODE_RESULT ";
 /// Due offsets under this are written last, counted from just before the node starts.
 const NEAR_MS: i64 = 2 * 3_600_000;
 /// Poll interval of the wait loops (the conditions decide, not the interval).
@@ -116,7 +106,7 @@ fn main() -> Res<()> {
     let began = Instant::now();
     let rt = runtime()?;
     match std::env::var(NODE_ENV) {
-        Ok(params) => rt.block_on(node_process(serde_json::from_str(&params)?, began)),
+        Ok(params) => rt.block_on(node::node_process(serde_json::from_str(&params)?, began)),
         Err(_) => rt.block_on(run()),
     }
 }
@@ -313,51 +303,6 @@ impl Row {
     }
 }
 
-/// What the node process measured about itself.
-#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
-struct NodeFigures {
-    /// From `ShardNode::start` until every shard answered `Ping`.
-    open_ms: u64,
-    /// From `ShardNode::start` until every event loop answered and every wheel was loaded.
-    settled_ms: u64,
-    /// From the process's `main` until settled (runtime, NATS connection, start).
-    process_settled_ms: u64,
-    /// When each shard first answered `Ping` / the event-loop probe (ms after start).
-    shard_open_ms: Vec<u64>,
-    shard_loop_ms: Vec<u64>,
-    rss_kib: u64,
-    rss_anon_kib: u64,
-    /// The highest VmRSS sample over the observation window.
-    rss_max_sampled_kib: u64,
-    rss_end_kib: u64,
-    /// VmHWM at the end of the observation window.
-    hwm_kib: u64,
-    wheel_entries: i64,
-    wheel_entries_end: i64,
-    fires: u64,
-    threads: u64,
-    /// Firing mode: the observation window (ms since the epoch), what fired in it and the fire
-    /// lateness of those fires (`firing::Buckets::json`), at the send and at JetStream's ack.
-    window_from_ms: i64,
-    window_until_ms: i64,
-    window_fires: u64,
-    fire_send_lateness: serde_json::Value,
-    fire_lateness: serde_json::Value,
-}
-
-impl NodeFigures {
-    /// The longest time a shard took from answering `Ping` to answering from its event loop:
-    /// its recovery (`Shard::recover`) and first load.
-    fn recovery_ms(&self) -> u64 {
-        self.shard_open_ms
-            .iter()
-            .zip(&self.shard_loop_ms)
-            .map(|(o, l)| l.saturating_sub(*o))
-            .max()
-            .unwrap_or(0)
-    }
-}
-
 /// One N on the backend `pg` selects; its files or its database are removed afterwards, whatever
 /// happened, so the next N has the disk space.
 async fn measure(cfg: &Config, n: usize, pg: Option<&chronoshard_test_util::Postgres>) -> Res<Row> {
@@ -427,7 +372,7 @@ async fn measure_on(cfg: &Config, n: usize, dbs: &Databases, data: &Path) -> Res
         None => None,
     };
     let deadline = cfg.timeout + cfg.observe + Duration::from_secs(120) + cfg.gap();
-    let node = run_node_process(&params, deadline).await?;
+    let node = node::run_node_process(&params, deadline).await?;
     let starts = match worker {
         Some(w) => Some(firing::starts(w, &node).await?),
         None => None,
@@ -540,228 +485,6 @@ fn due_offset(i: u64, span: i64) -> i64 {
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^= z >> 31;
     (z % span as u64) as i64
-}
-
-/// What the node process needs.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-struct NodeParams {
-    url: String,
-    data: String,
-    /// The database of the shards, when they are in Postgres (else SQLite files in `data`).
-    postgres: Option<String>,
-    shards: u32,
-    /// Per shard, the wheel entries its first load must at least make.
-    expected: Vec<u64>,
-    observe_ms: u64,
-    timeout_ms: u64,
-    /// Firing mode: the earliest occurrence (ms since the epoch); the observation starts there.
-    first_due_ms: Option<i64>,
-}
-
-/// Runs this binary again as the node process and returns what it reported.
-async fn run_node_process(params: &NodeParams, deadline: Duration) -> Res<NodeFigures> {
-    let mut child = tokio::process::Command::new(std::env::current_exe()?)
-        .env(NODE_ENV, serde_json::to_string(params)?)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()?;
-    let stdout = child.stdout.take().ok_or("no stdout of the node process")?;
-    let read = async {
-        let mut lines = BufReader::new(stdout).lines();
-        let mut figures = None;
-        while let Some(line) = lines.next_line().await? {
-            match line.strip_prefix(RESULT_PREFIX) {
-                Some(json) => figures = Some(serde_json::from_str::<NodeFigures>(json)?),
-                None => println!("  node process: {line}"),
-            }
-        }
-        let status = child.wait().await?;
-        Res::Ok((figures, status))
-    };
-    let (figures, status) = tokio::time::timeout(deadline, read)
-        .await
-        .map_err(|_| format!("the node process did not finish within {deadline:?}"))??;
-    match (figures, status.success()) {
-        (Some(f), true) => Ok(f),
-        (_, _) => Err(format!("the node process ended with {status} and no figures").into()),
-    }
-}
-
-/// The node process: starts the node on the seeded files, waits until it settled, measures
-/// itself, stops the node and prints its figures as one line.
-async fn node_process(p: NodeParams, began: Instant) -> Res<()> {
-    let shutdown = CancellationToken::new();
-    let client = async_nats::connect(&p.url).await?;
-    // A connection of its own for the probes, as a control plane would have.
-    let probe = async_nats::connect(&p.url).await?;
-    let opts = Options {
-        node_id: NODE.into(),
-        databases: match &p.postgres {
-            Some(url) => Databases::Postgres(url.clone()),
-            None => Databases::Sqlite(p.data.clone().into()),
-        },
-        local: Default::default(),
-        zone: None,
-        labels: Default::default(),
-        max_shards: None,
-    };
-    let start = Instant::now();
-    let (_handle, task) = ShardNode::start(opts, client, shutdown.clone()).await?;
-    let deadline = start + Duration::from_millis(p.timeout_ms);
-    let shards = p.shards as usize;
-    let gauge = |s: usize| {
-        metrics::WHEEL_ENTRIES_GAUGE
-            .with_label_values(&[&s.to_string()])
-            .get()
-    };
-    // Every shard probed at once, so one shard's wait does not delay what another's shows.
-    let probes = (0..shards).map(|s| probe_shard(&probe, s, start, deadline));
-    let mut open = Vec::with_capacity(shards);
-    let mut looped = Vec::with_capacity(shards);
-    for r in futures::future::join_all(probes).await {
-        let (o, l) = r?;
-        open.push(o);
-        looped.push(l);
-    }
-    // The event loops answer after their first load; a failed load is retried a second later
-    // (with a warning), so the wheels are checked as well.
-    while !(0..shards).all(|s| gauge(s) >= p.expected[s] as i64) {
-        if Instant::now() > deadline {
-            let wheel: Vec<i64> = (0..shards).map(gauge).collect();
-            return Err(format!(
-                "wheels not loaded after {} ms: {wheel:?} of at least {:?}",
-                p.timeout_ms, p.expected
-            )
-            .into());
-        }
-        tokio::time::sleep(POLL).await;
-    }
-    let settled = Instant::now();
-    let status = proc_status();
-    let wheel = || (0..shards).map(gauge).sum::<i64>();
-    let mut f = NodeFigures {
-        open_ms: open.iter().copied().max().unwrap_or(0),
-        settled_ms: settled.duration_since(start).as_millis() as u64,
-        process_settled_ms: settled.duration_since(began).as_millis() as u64,
-        shard_open_ms: open,
-        shard_loop_ms: looped,
-        rss_kib: status.get("VmRSS"),
-        rss_anon_kib: status.get("RssAnon"),
-        rss_max_sampled_kib: status.get("VmRSS"),
-        wheel_entries: wheel(),
-        ..NodeFigures::default()
-    };
-    println!(
-        "settled after {} ms (pid {}), RSS {} kB; observing for {} ms",
-        f.settled_ms,
-        std::process::id(),
-        f.rss_kib,
-        p.observe_ms
-    );
-    let fires = || fires_total(p.shards);
-    // Firing mode: the window opens a second before the earliest occurrence (a time of day, not a
-    // condition), since a shard may publish a ticket ahead of its time (`fire_lead`).
-    if let Some(first) = p.first_due_ms {
-        let wait = first - 1000 - Utc::now().timestamp_millis();
-        tokio::time::sleep(Duration::from_millis(wait.max(0) as u64)).await;
-    }
-    let (fired_before, late_before) = (fires(), firing::lateness(p.shards));
-    f.window_from_ms = Utc::now().timestamp_millis();
-    if p.first_due_ms.is_some() {
-        println!("observation window open");
-    }
-    // An observation window, not synchronisation: VmRSS sampled while the node goes on.
-    let until = Instant::now() + Duration::from_millis(p.observe_ms);
-    while Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        f.rss_max_sampled_kib = f.rss_max_sampled_kib.max(proc_status().get("VmRSS"));
-    }
-    f.window_until_ms = Utc::now().timestamp_millis();
-    f.window_fires = fires() - fired_before;
-    if p.first_due_ms.is_some() {
-        let (send, ack) = firing::lateness(p.shards);
-        f.fire_send_lateness = send.since(&late_before.0).json();
-        f.fire_lateness = ack.since(&late_before.1).json();
-    }
-    let end = proc_status();
-    f.rss_end_kib = end.get("VmRSS");
-    f.hwm_kib = end.get("VmHWM");
-    f.threads = end.get("Threads");
-    f.wheel_entries_end = wheel();
-    f.fires = fired_before + f.window_fires;
-    println!("{RESULT_PREFIX}{}", serde_json::to_string(&f)?);
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(60), task).await??;
-    Ok(())
-}
-
-/// Waits until shard `s` answers `Ping` (its store is open and its requests are served), then a
-/// `TriggerJob` for a job that does not exist (a write request: the event loop answers it, after
-/// the shard's recovery and first load, with "not found" and writes nothing). Returns when each
-/// came, in ms after `start`.
-async fn probe_shard(
-    probe: &async_nats::Client,
-    s: usize,
-    start: Instant,
-    deadline: Instant,
-) -> Res<(u64, u64)> {
-    let ms = || start.elapsed().as_millis() as u64;
-    let nothing = ShardRequest::TriggerJob {
-        job_id: uuid::Uuid::nil(),
-    };
-    let mut open = None;
-    loop {
-        if open.is_none() {
-            if let Some(ShardReply::Pong { .. }) = ask(probe, s, &ShardRequest::Ping).await {
-                open = Some(ms());
-            }
-        }
-        if let Some(o) = open {
-            if ask(probe, s, &nothing).await.is_some() {
-                return Ok((o, ms()));
-            }
-        }
-        if Instant::now() > deadline {
-            return Err(
-                format!("shard {s}: open at {open:?} ms, its event loop did not answer").into(),
-            );
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-/// One request to a shard; None when nobody answered in time (or nobody listens yet).
-async fn ask(client: &async_nats::Client, shard: usize, req: &ShardRequest) -> Option<ShardReply> {
-    let body = serde_json::to_vec(req).ok()?;
-    let subject = names::shard_rpc_subject(shard as u32);
-    let reply = tokio::time::timeout(Duration::from_secs(5), client.request(subject, body.into()))
-        .await
-        .ok()?
-        .ok()?;
-    serde_json::from_slice(&reply.payload).ok()
-}
-
-/// `/proc/self/status` fields in kB (and plain counts such as `Threads`).
-struct ProcStatus(String);
-
-impl ProcStatus {
-    fn get(&self, field: &str) -> u64 {
-        self.0
-            .lines()
-            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    }
-}
-
-fn proc_status() -> ProcStatus {
-    ProcStatus(std::fs::read_to_string("/proc/self/status").unwrap_or_default())
-}
-
-fn mem_total_kib() -> u64 {
-    ProcStatus(std::fs::read_to_string("/proc/meminfo").unwrap_or_default()).get("MemTotal")
 }
 
 fn mib(kib: u64) -> f64 {
