@@ -12,9 +12,9 @@
 //! - The earliest occurrence is `SCALE_BENCH_GAP_S` after the seeding's last pass began. The node
 //!   process waits until a second before that instant (after it settled) and observes for
 //!   `SCALE_BENCH_OBSERVE_S` from there: its fire lateness (the node's own histograms, read
-//!   before and after, so only the window's fires count), its fires and its RSS. The worker writes down each first attempt's
-//!   start lateness (handler start minus the ticket's scheduled time); the report keeps the
-//!   tickets scheduled within the window.
+//!   before and after, so only the window's fires count), its fires and its RSS. The worker
+//!   writes down each first attempt's start lateness (handler start minus the ticket's scheduled
+//!   time); the report keeps the tickets scheduled within the window.
 //!
 //! It owns only what the firing mode adds; seeding and the node process stay in `main.rs`.
 

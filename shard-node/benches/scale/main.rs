@@ -16,8 +16,8 @@
 //!    starts however long the seeding took, and the wheel holds what it holds in steady state:
 //!    the jobs due within the horizon (300 s by default), about N × 300 s / 30 days. Printed: the
 //!    seeding rate and the bytes of the shard files on disk.
-//! 3. The node in a process of its own (`node.rs`), so neither the seeding nor the bench's own memory is
-//!    counted: the bench binary runs itself again (`std::env::current_exe`, with
+//! 3. The node in a process of its own (`node.rs`), so neither the seeding nor the bench's own
+//!    memory is counted: the bench binary runs itself again (`std::env::current_exe`, with
 //!    `SCALE_BENCH_NODE` set), and that process starts `ShardNode::start` on the shard files and
 //!    the same nats-server with the default `ShardConfig`. It waits, with a deadline, until
 //!    - every shard is open: it answers a `Ping` on its request subject (the reply comes once
