@@ -1,7 +1,10 @@
-//! What the shard does when a wheel entry falls due: fire a job's occurrence (catch-up plan,
+//! The shard's firing, between its agenda (`agenda.rs`, what is due in memory) and its edges
+//! (the store, the dispatcher, NATS): fire a job's occurrence when it falls due (catch-up plan,
 //! overlap policy, outbox write, publish), publish a retry attempt whose backoff ended, or let
 //! the watchdog judge a started attempt that has not reported. Also what follows applied results
-//! (timers to arm, a buffered occurrence to release) and re-arming all of it when a shard opens.
+//! (timers to arm, a buffered occurrence to release), loading the wheel from the database and
+//! re-arming all of it when a shard opens. `Firer` holds the edges and no state of its own: the
+//! agenda is lent to each call by the event loop, its only owner.
 
 use chronoshard_telemetry::tenants;
 use chronoshard_wire::{
@@ -15,10 +18,13 @@ use tracing::{debug, warn};
 use uuid::Uuid;
 
 use super::{
-    cancel, machine, plan, probe,
-    store::{Applied, FireOutcome, FireRequest, Fired, FollowUp, JobRow},
+    agenda::Agenda,
+    cancel, dispatcher, machine,
+    moves::Leaving,
+    plan, probe,
+    store::{Applied, FireOutcome, FireRequest, Fired, FollowUp, JobRow, Store},
     timers::{Due, Timer},
-    watchdog, Shard, ShardError,
+    watchdog, Command, ShardContext, ShardError, ShardMetrics,
 };
 
 /// Delay before a fire or timer that failed (not fenced) is tried again.
@@ -28,12 +34,6 @@ const FIRE_RETRY_MS: i64 = 1_000;
 const FIRE_BATCH: usize = 128;
 /// Batches fired before the loop serves a waiting API write or result again.
 const FIRE_BATCHES_PER_TURN: usize = 4;
-
-/// A job's tickets fired ahead of their time: (ticket id, due time).
-pub(crate) struct Staged {
-    pub tenant: String,
-    pub tickets: Vec<(Uuid, i64)>,
-}
 
 /// The `fire` span of each ticket written since `start`, when traces are exported.
 fn trace_fired(tickets: &[Ticket], start: SystemTime) {
@@ -45,63 +45,61 @@ fn trace_fired(tickets: &[Ticket], start: SystemTime) {
     }
 }
 
-impl Shard {
+/// The edges firing writes to and publishes on. Cheap to borrow; the event loop owns it.
+pub(super) struct Firer {
+    pub store: Store,
+    pub dispatcher: dispatcher::Handle,
+    pub ctx: ShardContext,
+    pub metrics: ShardMetrics,
+    /// The loop's own queue, for answers of tasks it starts (probes); weak, so it never keeps
+    /// the loop alive.
+    pub loop_tx: tokio::sync::mpsc::WeakSender<Command>,
+}
+
+impl Firer {
+    /// The fire lead now (`ShardConfig::fire_lead`), in ms: read afresh, as the setting is live.
+    pub fn lead(&self) -> i64 {
+        self.ctx.config().fire_lead.as_millis() as i64
+    }
+
     /// Fires what is due: retries and watchdog checks, and occurrences by priority with tenants
     /// taking turns. At most `FIRE_BATCH × FIRE_BATCHES_PER_TURN` occurrences per call: the rest
-    /// of a storm waits in `backlog`, so the loop serves API writes and results in between.
-    pub(super) async fn fire_due(&mut self, now: i64) -> Result<(), ShardError> {
-        let mut others = Vec::new();
-        let (leaving, backlog) = (&self.leaving, &mut self.backlog);
-        self.timers.take_due(now, |timer| match timer {
-            // A tenant leaving this shard fires on its new one.
-            _ if leaving.holds_back(timer.id()) => {}
-            Timer::Occurrence {
-                job,
-                at,
-                priority,
-                tenant,
-            } => backlog.push(
-                priority,
-                tenant,
-                Due {
-                    job,
-                    at,
-                    priority,
-                    tenant,
-                },
-            ),
-            other => others.push(other),
-        });
+    /// of a storm waits in the agenda's backlog, so the loop serves API writes and results in
+    /// between. A tenant leaving this shard fires on its new one.
+    pub async fn fire_due(
+        &self,
+        agenda: &mut Agenda,
+        leaving: &Leaving,
+        now: i64,
+    ) -> Result<(), ShardError> {
+        let others = agenda.take_due(now, |id| leaving.holds_back(id));
         for _ in 0..FIRE_BATCHES_PER_TURN {
-            let chunk: Vec<Due> = std::iter::from_fn(|| self.backlog.pop())
-                .take(FIRE_BATCH)
-                .filter(|d| !self.leaving.holds_back(d.job))
-                .collect();
+            let chunk = agenda.next_batch(FIRE_BATCH, |id| leaving.holds_back(id));
             if chunk.is_empty() {
                 break;
             }
             // The time of this batch, not of the pass: a long pass must not date its last
             // tickets in the past (the outbox rescan would take them for stuck ones).
             let now = self.ctx.clock.now_ms();
-            match self.fire_jobs(&chunk, now).await {
+            match self.fire_jobs(agenda, &chunk, now).await {
                 Ok(()) => {}
                 Err(e) if e.is_fenced() => return Err(e),
                 Err(e) => {
                     // Nothing was written: fire the same occurrences again shortly.
                     warn!(count = chunk.len(), error = %e, "fire failed; retrying in 1 s");
                     for d in chunk {
-                        self.timers.track_at(d, now + FIRE_RETRY_MS);
+                        agenda.timers.track_at(d, now + FIRE_RETRY_MS);
                     }
                 }
             }
         }
         for timer in others {
-            match self.on_timer(timer, now).await {
+            match self.on_timer(agenda, timer, now).await {
                 Ok(()) => {}
                 Err(e) if e.is_fenced() => return Err(e),
                 Err(e) => {
                     warn!(?timer, error = %e, "timer failed; retrying in 1 s");
-                    self.timers.arm(now + FIRE_RETRY_MS, timer);
+                    agenda.timers.arm(now + FIRE_RETRY_MS, timer);
                 }
             }
         }
@@ -110,7 +108,12 @@ impl Shard {
 
     /// Fires due occurrences of several jobs (each job's catch-up plan) in one transaction and
     /// tracks each job's next occurrence.
-    async fn fire_jobs(&mut self, due: &[Due], now: i64) -> Result<(), ShardError> {
+    async fn fire_jobs(
+        &self,
+        agenda: &mut Agenda,
+        due: &[Due],
+        now: i64,
+    ) -> Result<(), ShardError> {
         let ids: Vec<Uuid> = due.iter().map(|d| d.job).collect();
         let jobs = self.store.get_jobs(&ids).await?;
         let mut planned = Vec::with_capacity(due.len());
@@ -118,20 +121,20 @@ impl Shard {
             let Some(job) = jobs.get(&d.job) else {
                 continue;
             };
-            if self.paused.contains(&job.tenant) {
+            if agenda.is_paused(&job.tenant) {
                 // Left as it is: resuming the tenant moves the job to its next occurrence.
                 continue;
             }
             if job.state != JobState::Active || job.next_fire_at != Some(d.at) {
                 // The job changed after this entry was loaded: follow its real next occurrence.
                 if let (JobState::Active, Some(next)) = (job.state, job.next_fire_at) {
-                    self.track(Due::of(job, next));
+                    agenda.track(Due::of(job, next), self.lead());
                 }
                 continue;
             }
             if d.at > now && job.spec.overlap != Overlap::Allow {
                 // The other policies judge the job's active runs, which only the due time may do.
-                self.timers.track_at(*d, d.at);
+                agenda.timers.track_at(*d, d.at);
                 continue;
             }
             let schedule = match machine::schedule_of(job) {
@@ -183,10 +186,10 @@ impl Shard {
                 .map(|t| (t.ticket_id, t.scheduled_at.timestamp_millis()))
                 .filter(|(_, at)| *at > now)
                 .collect();
-            self.note_fired_ahead(job.id, &job.tenant, early);
+            agenda.note_fired_ahead(job.id, &job.tenant, early);
             tickets.extend(out.tickets);
             if let Some(next) = p.next {
-                self.track(Due::of(job, next));
+                agenda.track(Due::of(job, next), self.lead());
             }
         }
         trace_fired(&tickets, start);
@@ -194,52 +197,9 @@ impl Shard {
         Ok(())
     }
 
-    /// Remembers a job's tickets fired ahead of their time, so a pause can withdraw them.
-    fn note_fired_ahead(&mut self, job: Uuid, tenant: &str, tickets: Vec<(Uuid, i64)>) {
-        if tickets.is_empty() {
-            return;
-        }
-        self.staged
-            .entry(job)
-            .or_insert_with(|| Staged {
-                tenant: tenant.to_string(),
-                tickets: Vec::new(),
-            })
-            .tickets
-            .extend(tickets);
-    }
-
-    /// Whether the job has an occurrence fired ahead that is not due yet.
-    pub(super) fn fired_ahead(&self, job: Uuid, now: i64) -> bool {
-        self.staged
-            .get(&job)
-            .is_some_and(|s| s.tickets.iter().any(|(_, at)| *at > now))
-    }
-
-    /// Withdraws the tickets fired ahead of their time of the jobs `pick` selects that are not
-    /// due yet: the dispatcher will not publish them. The caller takes them back in the database
-    /// (`unfire`) in the transaction of the pause or delete, and gives them back to the
-    /// dispatcher (`Handle::restore`) if that fails. So a pause or delete holds for every
-    /// occurrence not due when it is applied, as without a lead.
-    pub(super) fn withdraw_early(&mut self, pick: impl Fn(&Uuid, &Staged) -> bool) -> Vec<Uuid> {
-        let mut tickets = Vec::new();
-        self.staged.retain(|job, s| {
-            let take = pick(job, s);
-            if take {
-                tickets.extend(s.tickets.iter().copied());
-            }
-            !take
-        });
-        self.dispatcher.withdraw(&tickets)
-    }
-
     /// Fires one occurrence of a job at `now`, outside its schedule (trigger now), under the
     /// job's overlap policy. Returns what happened and the ticket ids written.
-    pub(super) async fn fire_now(
-        &mut self,
-        job: &JobRow,
-        now: i64,
-    ) -> Result<(Fired, Vec<Uuid>), ShardError> {
+    pub async fn fire_now(&self, job: &JobRow, now: i64) -> Result<(Fired, Vec<Uuid>), ShardError> {
         let tickets = self.tickets_for(job, now);
         let start = SystemTime::now();
         let out = self
@@ -296,7 +256,7 @@ impl Shard {
     }
 
     /// One ticket per item of the occurrence at `at`, first attempt.
-    pub(super) fn tickets_for(&self, job: &JobRow, at: i64) -> Vec<Ticket> {
+    pub fn tickets_for(&self, job: &JobRow, at: i64) -> Vec<Ticket> {
         let items = job.spec.shard_items.max(1);
         (0..items)
             .map(|item| {
@@ -326,7 +286,12 @@ impl Shard {
     }
 
     /// A retry whose backoff ended, or a watchdog check.
-    async fn on_timer(&mut self, timer: Timer, now: i64) -> Result<(), ShardError> {
+    async fn on_timer(
+        &self,
+        agenda: &mut Agenda,
+        timer: Timer,
+        now: i64,
+    ) -> Result<(), ShardError> {
         match timer {
             Timer::Occurrence { .. } => Ok(()),
             Timer::Retry { ticket, attempt } => {
@@ -336,14 +301,17 @@ impl Shard {
                 }
                 Ok(())
             }
-            Timer::Deadline { ticket, attempt } => self.watch(ticket, attempt, None, now).await,
+            Timer::Deadline { ticket, attempt } => {
+                self.watch(agenda, ticket, attempt, None, now).await
+            }
         }
     }
 
     /// The watchdog's check of a started attempt with no result: wait, probe its worker, or fail
     /// it as lost. `probed` is the answer of a probe this check started earlier.
-    pub(super) async fn watch(
-        &mut self,
+    pub async fn watch(
+        &self,
+        agenda: &mut Agenda,
         ticket: Uuid,
         attempt: u32,
         probed: Option<probe::Probed>,
@@ -382,7 +350,7 @@ impl Shard {
         }
         match verdict {
             watchdog::Verdict::WaitUntil(at) => {
-                self.timers.arm(at, Timer::Deadline { ticket, attempt })
+                agenda.timers.arm(at, Timer::Deadline { ticket, attempt })
             }
             watchdog::Verdict::Probe => unreachable!("a probe is judged by after_probe"),
             watchdog::Verdict::Lost(reason) => {
@@ -400,14 +368,19 @@ impl Shard {
                     warn!(ticket_id = %ticket, attempt, %reason, "attempt lost");
                     self.metrics.lost.inc();
                 }
-                self.follow(applied, now).await?;
+                self.follow(agenda, applied, now).await?;
             }
         }
         Ok(())
     }
 
     /// Arms the timers applied results call for and releases buffered occurrences.
-    pub(super) async fn follow(&mut self, applied: Applied, now: i64) -> Result<(), ShardError> {
+    pub async fn follow(
+        &self,
+        agenda: &mut Agenda,
+        applied: Applied,
+        now: i64,
+    ) -> Result<(), ShardError> {
         self.metrics.dead.inc_by(applied.dead as u64);
         for tenant in &applied.failed_tenants {
             self.count_tenant(&tenants::TENANT_FAILURES_TOTAL, tenant, 1);
@@ -423,14 +396,14 @@ impl Shard {
                     at,
                 } => {
                     self.metrics.retries.inc();
-                    self.timers.arm(at, Timer::Retry { ticket, attempt });
+                    agenda.timers.arm(at, Timer::Retry { ticket, attempt });
                 }
                 FollowUp::Started {
                     ticket,
                     attempt,
                     started_at,
                     timeout_ms,
-                } => self.timers.arm(
+                } => agenda.timers.arm(
                     watchdog::first_check(started_at, timeout_ms),
                     Timer::Deadline { ticket, attempt },
                 ),
@@ -441,7 +414,7 @@ impl Shard {
     }
 
     /// Fires a `buffer_one` job's buffered occurrence if its active run has ended.
-    async fn release_buffered(&mut self, job_id: Uuid, now: i64) -> Result<(), ShardError> {
+    async fn release_buffered(&self, job_id: Uuid, now: i64) -> Result<(), ShardError> {
         let Some(job) = self.store.get_job(job_id).await? else {
             return Ok(());
         };
@@ -467,23 +440,24 @@ impl Shard {
     /// withdraw them), retry timers of attempts still in their backoff,
     /// watchdog checks of started attempts, buffered occurrences whose run ended meanwhile.
     /// Retries already due are the dispatcher's outbox scan's to publish.
-    pub(super) async fn recover(&mut self, now: i64) -> Result<(), ShardError> {
-        self.recover_matching(now, &|_| true).await
+    pub async fn recover(&self, agenda: &mut Agenda, now: i64) -> Result<(), ShardError> {
+        self.recover_matching(agenda, now, &|_| true).await
     }
 
     /// Puts back into the wheel what the store holds for the routing keys `keep` accepts: the
     /// tickets fired ahead, retry timers and watchdog checks, buffered occurrences, and (for
     /// rows that arrived after the wheel was loaded) the occurrences due within what is loaded.
-    pub(super) async fn recover_matching(
-        &mut self,
+    pub async fn recover_matching(
+        &self,
+        agenda: &mut Agenda,
         now: i64,
         keep: &(dyn Fn(u16) -> bool + Sync),
     ) -> Result<(), ShardError> {
         let of = |id: Uuid| keep(chronoshard_wire::ids::routing_key(id));
-        self.paused = self.store.paused_tenants().await?.into_iter().collect();
+        agenda.paused_are(self.store.paused_tenants().await?);
         for (job, tenant, ticket, at) in self.store.fired_ahead(now).await? {
             if of(job) {
-                self.note_fired_ahead(job, &tenant, vec![(ticket, at)]);
+                agenda.note_fired_ahead(job, &tenant, vec![(ticket, at)]);
             }
         }
         for a in self.store.open_attempts().await? {
@@ -492,12 +466,12 @@ impl Shard {
                 continue;
             }
             match (a.published_at, a.started_at, a.not_before) {
-                (_, Some(started), _) => self.timers.arm(
+                (_, Some(started), _) => agenda.timers.arm(
                     watchdog::first_check(started, a.timeout_ms),
                     Timer::Deadline { ticket, attempt },
                 ),
                 (None, None, Some(at)) if at > now => {
-                    self.timers.arm(at, Timer::Retry { ticket, attempt })
+                    agenda.timers.arm(at, Timer::Retry { ticket, attempt })
                 }
                 _ => {}
             }
@@ -507,13 +481,36 @@ impl Shard {
                 self.release_buffered(job, now).await?;
             }
         }
-        if let Some(until) = self.timers.loaded_until() {
+        if let Some(until) = agenda.timers.loaded_until() {
             for row in self.store.due_jobs(None, until).await? {
                 if of(row.id) {
-                    self.track(Due::from_row(&row));
+                    agenda.track(Due::from_row(&row), self.lead());
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Moves jobs due within the horizon from the database into the wheel, unless the agenda
+    /// knows nothing new can be there (`Agenda::start_load`).
+    pub async fn load(&self, agenda: &mut Agenda, now: i64) -> Result<(), ShardError> {
+        let until = now + self.ctx.config().horizon.as_millis() as i64;
+        let stamp = self.store.wal_stamp();
+        if !agenda.start_load(now, stamp, until) {
+            return Ok(());
+        }
+        let due = (self.store)
+            .due_jobs(agenda.timers.loaded_until(), until)
+            .await?;
+        let next_beyond = self.store.next_due_after(until).await?;
+        if !due.is_empty() {
+            debug!(
+                count = due.len(),
+                until, "loaded occurrences into the wheel"
+            );
+        }
+        let due = due.iter().map(Due::from_row);
+        agenda.loaded(until, stamp, next_beyond, due, self.lead());
         Ok(())
     }
 }

@@ -3,11 +3,16 @@
 //! wheel and the only place that fires; everything that changes a job's next occurrence goes
 //! through it, so the wheel and the database never disagree for long.
 //!
-//! Where a ticket is born: `fire::Shard::fire_due` → `plan` → `Store::fire` (outbox row) →
+//! Where a ticket is born: `fire::Firer::fire_due` → `plan` → `Store::fire` (outbox row) →
 //! dispatcher. The wheel (`timers.rs`, pure) also holds the retry timers (a failed attempt's
 //! backoff) and the watchdog's checks of started attempts; `fire.rs` handles all three when they
 //! fall due.
+//!
+//! The event loop (`Shard`, here) owns the shard's memory, the `agenda` (pure), and lends it for
+//! each command to the part that applies it: firing (`fire.rs`), write requests (`writes.rs`,
+//! whose rules are the job state machine's, `machine.rs`), tenant moves (`moves.rs`).
 
+mod agenda;
 mod cancel;
 mod dispatcher;
 pub mod fair;
@@ -29,7 +34,6 @@ pub mod watchdog;
 mod writes;
 
 use std::{
-    collections::{HashMap, HashSet},
     sync::{atomic::AtomicU64, Arc},
     time::Duration,
 };
@@ -38,18 +42,19 @@ use chronoshard_schedule::Schedule;
 use chronoshard_telemetry::metrics;
 use chronoshard_wire::{
     from_millis, names,
-    rpc::ShardRequest,
+    rpc::{ShardReply, ShardRequest},
     settings::{Settings, VersionedSettings},
     Dur,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn, Instrument};
-use uuid::Uuid;
+use tracing::{info, warn, Instrument};
 
 use crate::clock::SharedClock;
-use store::{Applied, JobRow, Store, StoreError};
-use timers::{Due, Timers};
+use agenda::Agenda;
+use fire::Firer;
+use store::{Applied, Store, StoreError};
+use timers::Timers;
 
 /// Tunables of a shard: its part of the cluster's live settings, read afresh where used so a
 /// change applies without reopening the shard.
@@ -210,29 +215,26 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
     let metrics = ShardMetrics::new(ctx.shard);
     let gauge = metrics::WHEEL_ENTRIES_GAUGE.with_label_values(&[metrics.label.as_str()]);
     let mut shard = Shard {
-        timers: Timers::new(now, ctx.shard, wheel_len, gauge),
-        create_rate: limits::CreateRate::default(),
-        batch_jobs: HashMap::new(),
-        last_load: (None, None),
-        paused: HashSet::new(),
-        staged: HashMap::new(),
-        backlog: fair::FairQueue::default(),
-        store: store.clone(),
-        dispatcher,
-        ctx: ctx.clone(),
-        metrics,
+        agenda: Agenda::new(Timers::new(now, ctx.shard, wheel_len, gauge)),
+        fire: Firer {
+            store: store.clone(),
+            dispatcher,
+            ctx: ctx.clone(),
+            metrics,
+            loop_tx,
+        },
+        quota: writes::Quota::default(),
         leaving,
-        loop_tx,
     };
-    let outcome = match shard.recover(now).await {
+    let outcome = match shard.fire.recover(&mut shard.agenda, now).await {
         Ok(()) => shard.event_loop(cmd_rx, stop.clone()).await,
         Err(e) => Err(e),
     };
     stop.cancel();
     let _ = tokio::join!(results, rpc, sweep, upkeep);
-    shard.dispatcher.closed().await;
+    shard.fire.dispatcher.closed().await;
     store.close().await;
-    shard.timers.closed();
+    shard.agenda.timers.closed();
     match &outcome {
         Ok(()) => info!("shard closed"),
         Err(e) => warn!(error = %e, "shard stopped"),
@@ -240,38 +242,18 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
     outcome
 }
 
+/// The event loop's state: the agenda it lends, the edges firing uses, the tenant limits of
+/// write requests, and the routing keys leaving this shard (shared with the results consumer and
+/// the request server).
 struct Shard {
-    /// The wheel: occurrences, retries and watchdog checks.
-    timers: Timers,
-    /// At the last load that asked the database: the WAL's stamp before it, and the earliest
-    /// occurrence beyond what it loaded.
-    last_load: (Option<store::WalStamp>, Option<i64>),
-    /// Tenants paused now (the store's `paused_tenants`, kept here so a fire needs no query).
-    paused: HashSet<String>,
-    /// Tickets fired ahead of their time (`fire_lead`), by job, until they are due: a pause or
-    /// delete takes back those not due yet.
-    staged: HashMap<Uuid, fire::Staged>,
-    /// Occurrences taken from the wheel and not fired yet (a storm is fired a few batches per
-    /// turn of the loop), highest priority first, tenants taking turns.
-    backlog: fair::FairQueue<u32, Due>,
-    store: Store,
-    dispatcher: dispatcher::Handle,
-    ctx: ShardContext,
-    metrics: ShardMetrics,
-    /// Each tenant's create rate (`tenant_create_rate`).
-    create_rate: limits::CreateRate,
-    /// Jobs that can still fire, per tenant, counted for the create batch being written
-    /// (`tenant_max_jobs`); cleared per batch.
-    batch_jobs: HashMap<String, u64>,
-    /// Routing keys whose tenants leave this shard (shards were added).
+    agenda: Agenda,
+    fire: Firer,
+    quota: writes::Quota,
     leaving: Arc<moves::Leaving>,
-    /// The loop's own queue, for answers of tasks it starts (probes); weak, so it never keeps
-    /// the loop alive.
-    loop_tx: mpsc::WeakSender<Command>,
 }
 
 /// This shard's metric handles, resolved once: the fire path must not format labels per fire.
-struct ShardMetrics {
+pub(super) struct ShardMetrics {
     label: String,
     fires: prometheus::IntCounter,
     jobs_created: prometheus::IntCounter,
@@ -296,7 +278,7 @@ impl ShardMetrics {
         }
     }
 
-    fn not_fired(&self, status: chronoshard_wire::RunStatus, reason: &str, count: u64) {
+    pub fn not_fired(&self, status: chronoshard_wire::RunStatus, reason: &str, count: u64) {
         metrics::OCCURRENCES_NOT_FIRED_TOTAL
             .with_label_values(&[&self.label, status.as_str(), reason])
             .inc_by(count);
@@ -309,26 +291,28 @@ impl Shard {
         mut commands: mpsc::Receiver<Command>,
         stop: CancellationToken,
     ) -> Result<(), ShardError> {
-        let mut next_load = self.ctx.clock.now_ms();
+        let clock = self.fire.ctx.clock.clone();
+        let mut next_load = clock.now_ms();
         loop {
-            let now = self.ctx.clock.now_ms();
+            let now = clock.now_ms();
             if now >= next_load {
                 // The watermark did not move on a failure: the next pass loads the same window.
-                unless_fenced(self.load(now).await, "loading the wheel failed; retrying")?;
-                next_load = now + self.ctx.config().load_every.as_millis() as i64;
+                let loaded = self.fire.load(&mut self.agenda, now).await;
+                unless_fenced(loaded, "loading the wheel failed; retrying")?;
+                next_load = now + self.fire.ctx.config().load_every.as_millis() as i64;
             }
-            self.fire_due(self.ctx.clock.now_ms()).await?;
-            let wake = self
-                .timers
-                .next_deadline()
+            (self.fire)
+                .fire_due(&mut self.agenda, &self.leaving, clock.now_ms())
+                .await?;
+            let wake = (self.agenda.timers.next_deadline())
                 .unwrap_or(i64::MAX)
                 .min(next_load);
             // With a backlog, go round at once (after a waiting command, if any). Otherwise
             // to the microsecond: the part of the current millisecond already gone counts.
-            let sleep = if self.backlog.is_empty() {
-                self.ctx.clock.until(wake)
-            } else {
+            let sleep = if self.agenda.has_backlog() {
                 Duration::ZERO
+            } else {
+                clock.until(wake)
             };
             tokio::select! {
                 biased;
@@ -358,10 +342,10 @@ impl Shard {
                 Command::Request(ShardRequest::CreateJob { .. }, _) => {
                     let batch;
                     (batch, next) = self.gather_creates(cmd, queue);
-                    self.create_batch(batch).await?;
+                    self.writes().create_batch(batch).await?;
                 }
                 Command::Request(req, reply) => {
-                    let (answer, stop) = match self.handle_or_refuse(req).await {
+                    let (answer, stop) = match self.request(req).await {
                         Ok(answer) => (answer, None),
                         Err(e) => (rpc::error_reply(&e), e.is_fenced().then_some(e)),
                     };
@@ -371,16 +355,17 @@ impl Shard {
                     }
                 }
                 Command::Probed(probed) => {
-                    let now = self.ctx.clock.now_ms();
-                    let judged = self
-                        .watch(probed.ticket, probed.attempt, Some(probed), now)
+                    let now = self.fire.ctx.clock.now_ms();
+                    let (ticket, attempt) = (probed.ticket, probed.attempt);
+                    let judged = (self.fire)
+                        .watch(&mut self.agenda, ticket, attempt, Some(probed), now)
                         .await;
                     // Checked again when the shard reopens.
                     unless_fenced(judged, "judging a probed attempt failed")?;
                 }
                 Command::Applied(applied) => {
-                    let now = self.ctx.clock.now_ms();
-                    let followed = self.follow(applied, now).await;
+                    let now = self.fire.ctx.clock.now_ms();
+                    let followed = self.fire.follow(&mut self.agenda, applied, now).await;
                     // What was not armed is found again: due retries by the outbox scan,
                     // buffered occurrences by the next run end or reopening.
                     unless_fenced(followed, "following applied results failed")?;
@@ -432,54 +417,25 @@ impl Shard {
         (batch, None)
     }
 
-    /// Moves jobs due within the horizon from the database into the wheel. An SQLite shard whose
-    /// WAL is unchanged since the last load (nothing committed) and whose next occurrence beyond
-    /// it is still beyond the new horizon has nothing new to load: only the watermark moves, and
-    /// the database is not asked.
-    async fn load(&mut self, now: i64) -> Result<(), ShardError> {
-        let until = now + self.ctx.config().horizon.as_millis() as i64;
-        self.staged.retain(|_, s| {
-            s.tickets.retain(|(_, at)| *at > now);
-            !s.tickets.is_empty()
-        });
-        let stamp = self.store.wal_stamp();
-        let (last_stamp, next_beyond) = self.last_load;
-        if stamp.is_some() && stamp == last_stamp && next_beyond.is_none_or(|at| at > until) {
-            self.timers.loaded(until);
-            return Ok(());
+    /// Applies a write request or a step of a tenant move, unless it is about a tenant leaving
+    /// this shard.
+    async fn request(&mut self, req: ShardRequest) -> Result<ShardReply, ShardError> {
+        if let Some(refused) = self.leaving.refusal(&req) {
+            return Ok(refused);
         }
-        let due = self
-            .store
-            .due_jobs(self.timers.loaded_until(), until)
-            .await?;
-        let next_beyond = self.store.next_due_after(until).await?;
-        self.last_load = (stamp, next_beyond);
-        if !due.is_empty() {
-            debug!(
-                count = due.len(),
-                until, "loaded occurrences into the wheel"
-            );
+        if moves::is_move(&req) {
+            let leaving = self.leaving.clone();
+            return leaving.apply(&self.fire, &mut self.agenda, req).await;
         }
-        // Raise the watermark first: `track` ignores entries beyond it.
-        self.timers.loaded(until);
-        for row in due {
-            self.track(Due::from_row(&row));
-        }
-        Ok(())
+        self.writes().handle(req).await
     }
 
-    /// Puts a job's next occurrence in the wheel if it falls within what is loaded, `fire_lead`
-    /// before it is due (`fire_jobs` puts it back at its due time if it may not fire early).
-    fn track(&mut self, due: Due) {
-        let lead = self.ctx.config().fire_lead.as_millis() as i64;
-        self.timers.track(due, lead);
-    }
-
-    /// Makes the wheel hold what the state machine says of a job.
-    fn follow_wheel(&mut self, job: &JobRow, wheel: machine::Wheel) {
-        match wheel {
-            machine::Wheel::Track(at) => self.track(Due::of(job, at)),
-            machine::Wheel::Untrack => self.timers.untrack(job.id),
+    /// A write request's view of the shard.
+    fn writes(&mut self) -> writes::Writes<'_> {
+        writes::Writes {
+            fire: &self.fire,
+            agenda: &mut self.agenda,
+            quota: &mut self.quota,
         }
     }
 }

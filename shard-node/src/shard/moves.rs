@@ -2,7 +2,7 @@
 //! rows are copied, gone once they live on their new shard) and rows arriving for tenants that
 //! join it.
 //!
-//! Every move request is applied by the event loop (`Shard::handle_move`), so a freeze is
+//! Every move request is applied by the event loop (`Leaving::apply`), so a freeze is
 //! ordered with fires and API writes: nothing of a frozen tenant is fired or written after it.
 //! The results consumer applies batches beside the loop; it holds `Leaving::gate` shared while
 //! it applies one, and a freeze takes it exclusively, so no result of a frozen tenant is applied
@@ -26,7 +26,7 @@ use chronoshard_wire::{
 use tracing::info;
 use uuid::Uuid;
 
-use super::{Shard, ShardError};
+use super::{agenda::Agenda, fire::Firer, ShardError};
 
 /// The routing keys leaving this shard, as its database records them.
 #[derive(Debug, Default)]
@@ -118,52 +118,32 @@ pub(super) fn tenant_list(rows: Vec<(String, u64)>) -> ShardReply {
     }
 }
 
-impl Shard {
-    /// Applies a write request, unless it is about a tenant leaving this shard.
-    pub(super) async fn handle_or_refuse(
-        &mut self,
-        req: ShardRequest,
-    ) -> Result<ShardReply, ShardError> {
-        match self.leaving.refusal(&req) {
-            Some(refused) => Ok(refused),
-            None => self.handle(req).await,
-        }
-    }
-
+impl Leaving {
     /// Applies a step of a tenant move.
-    pub(super) async fn handle_move(
-        &mut self,
+    /// Applies a step of a tenant move, in the event loop: `fire` for the store, the agenda for
+    /// the wheel entries of the tenants that leave or arrive.
+    pub(super) async fn apply(
+        &self,
+        fire: &Firer,
+        agenda: &mut Agenda,
         req: ShardRequest,
     ) -> Result<ShardReply, ShardError> {
-        let now = self.ctx.clock.now_ms();
+        let now = fire.ctx.clock.now_ms();
+        let store = &fire.store;
         let rows = match req {
             ShardRequest::FreezeKeys { moves } => {
-                let leaving = self.leaving.clone();
-                let _results_held = leaving.gate.write().await;
+                let _results_held = self.gate.write().await;
                 let fresh: Vec<KeyTarget> = moves
                     .into_iter()
-                    .filter(|m| {
-                        self.leaving
-                            .get(m.key)
-                            .is_none_or(|(_, s)| s == KeyMove::Frozen)
-                    })
+                    .filter(|m| self.get(m.key).is_none_or(|(_, s)| s == KeyMove::Frozen))
                     .collect();
-                self.store
-                    .set_key_moves(&fresh, KeyMove::Frozen, now)
-                    .await?;
-                self.leaving
-                    .set(fresh.iter().map(|m| (m.key, m.target, KeyMove::Frozen)));
-                let frozen: Vec<Uuid> = (self.timers.tracked())
-                    .filter(|job| self.leaving.holds_back(**job))
-                    .copied()
-                    .collect();
-                for job in &frozen {
-                    self.timers.untrack(*job);
-                }
+                store.set_key_moves(&fresh, KeyMove::Frozen, now).await?;
+                self.set(fresh.iter().map(|m| (m.key, m.target, KeyMove::Frozen)));
+                let frozen = agenda.untrack_where(|job| self.holds_back(job));
                 if !fresh.is_empty() {
                     info!(
                         keys = fresh.len(),
-                        jobs_held = frozen.len(),
+                        jobs_held = frozen,
                         "tenants frozen to move"
                     );
                 }
@@ -171,13 +151,13 @@ impl Shard {
             }
             ShardRequest::StageImport { key, seq, pages } => {
                 let rows = pages.iter().map(|p| p.rows.len() as u64).sum();
-                self.store.stage_import(key, seq, &pages, now).await?;
+                store.stage_import(key, seq, &pages, now).await?;
                 rows
             }
             ShardRequest::CommitImport { key } => {
-                let imported = self.store.commit_import(key, now).await?;
+                let imported = store.commit_import(key, now).await?;
                 if !imported.jobs.is_empty() {
-                    self.recover_matching(now, &|k| k == key).await?;
+                    fire.recover_matching(agenda, now, &|k| k == key).await?;
                     info!(
                         key,
                         jobs = imported.jobs.len(),
@@ -195,20 +175,16 @@ impl Shard {
                         .cloned()
                         .collect();
                     if !mine.is_empty() {
-                        rows += (self.store)
-                            .release_tenants(m.key, m.target, &mine, now)
-                            .await?;
+                        rows += (store.release_tenants(m.key, m.target, &mine, now)).await?;
                     }
                 }
                 let rest: Vec<KeyTarget> = (moves.iter())
-                    .filter(|m| self.leaving.get(m.key) != Some((m.target, KeyMove::Gone)))
+                    .filter(|m| self.get(m.key) != Some((m.target, KeyMove::Gone)))
                     .copied()
                     .collect();
-                self.store.set_key_moves(&rest, KeyMove::Gone, now).await?;
-                self.leaving
-                    .set(moves.iter().map(|m| (m.key, m.target, KeyMove::Gone)));
-                let leaving = self.leaving.clone();
-                self.staged.retain(|job, _| !leaving.holds_back(*job));
+                store.set_key_moves(&rest, KeyMove::Gone, now).await?;
+                self.set(moves.iter().map(|m| (m.key, m.target, KeyMove::Gone)));
+                agenda.take_fired_ahead(|job, _| self.holds_back(job));
                 rows
             }
             other => {

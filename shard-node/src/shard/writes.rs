@@ -3,21 +3,28 @@
 //! trigger; the replay of a dead letter. What a request does to a job is the state machine's
 //! (`machine.rs`); here the job is read, the machine applied, the result written and the wheel
 //! told. The transport that brings the requests is `rpc.rs`.
+//!
+//! `Writes` is a request's view of the shard: the firing edges, the agenda and the tenant
+//! limits, lent by the event loop for one request. It must not fire what is due (that is the
+//! loop's turn) nor touch the tenant-move key set (`moves.rs`).
 
 use chronoshard_wire::{
     from_millis,
     rpc::{RpcError, RpcErrorCode, ShardReply, ShardRequest},
     JobSpec, RunStatus, RunView,
 };
+use std::collections::HashMap;
 use tokio::sync::oneshot;
 use tracing::info;
 use uuid::Uuid;
 
 use super::{
-    machine,
+    agenda::Agenda,
+    fire::Firer,
+    limits, machine,
     rpc::{conflict, error_reply, invalid, not_found, view},
     store::{reason, CreateOutcome, Fired, JobRow, Replay, StoreError},
-    Shard, ShardError,
+    ShardError,
 };
 
 /// A create request waiting in the shard's queue, with where its answer goes.
@@ -28,14 +35,28 @@ pub(super) struct Create {
     pub reply: oneshot::Sender<ShardReply>,
 }
 
-impl Shard {
+/// What the tenant limits remember between requests.
+#[derive(Default)]
+pub(super) struct Quota {
+    /// Each tenant's create rate (`tenant_create_rate`).
+    create_rate: limits::CreateRate,
+    /// Jobs that can still fire, per tenant, counted for the create batch being written
+    /// (`tenant_max_jobs`); cleared per batch.
+    batch_jobs: HashMap<String, u64>,
+}
+
+/// A write request's view of the shard (see the module docs).
+pub(super) struct Writes<'a> {
+    pub fire: &'a Firer,
+    pub agenda: &'a mut Agenda,
+    pub quota: &'a mut Quota,
+}
+
+impl Writes<'_> {
     /// Applies a write request inside the event loop.
-    pub(super) async fn handle(&mut self, req: ShardRequest) -> Result<ShardReply, ShardError> {
-        if super::moves::is_move(&req) {
-            return self.handle_move(req).await;
-        }
-        let now = self.ctx.clock.now_ms();
-        let shard = self.ctx.shard;
+    pub async fn handle(&mut self, req: ShardRequest) -> Result<ShardReply, ShardError> {
+        let now = self.fire.ctx.clock.now_ms();
+        let shard = self.fire.ctx.shard;
         let job_id = match &req {
             ShardRequest::PatchJob { job_id, .. }
             | ShardRequest::DeleteJob { job_id }
@@ -64,7 +85,7 @@ impl Shard {
                 )))
             }
         };
-        let Some(job) = self.store.get_job(job_id).await? else {
+        let Some(job) = self.fire.store.get_job(job_id).await? else {
             return Ok(not_found("job"));
         };
         let request = match &req {
@@ -77,7 +98,7 @@ impl Shard {
             ShardRequest::PatchJob { patch, .. } => machine::Request::Patch(patch),
             ShardRequest::DeleteJob { .. } => machine::Request::Delete,
             ShardRequest::PauseJob { .. } => machine::Request::Pause {
-                fired_ahead: self.fired_ahead(job.id, now),
+                fired_ahead: self.agenda.fired_ahead(job.id, now),
             },
             ShardRequest::ResumeJob { .. } => machine::Request::Resume,
             _ => unreachable!("matched above"),
@@ -89,22 +110,22 @@ impl Shard {
             Err(refused) => return Ok(conflict(&refused.to_string())),
         };
         let unfire = if effects.withdraw {
-            self.withdraw_early(|id, _| *id == job.id)
+            self.withdraw_early(|id, _| id == job.id)
         } else {
             Vec::new()
         };
-        match self.store.update_job(&job, &unfire).await {
+        match self.fire.store.update_job(&job, &unfire).await {
             Ok(true) => {}
             Ok(false) => {
-                self.dispatcher.restore(&unfire);
+                self.fire.dispatcher.restore(&unfire);
                 return Ok(not_found("job"));
             }
             Err(e) => {
-                self.dispatcher.restore(&unfire);
+                self.fire.dispatcher.restore(&unfire);
                 return Err(e.into());
             }
         }
-        self.follow_wheel(&job, effects.wheel);
+        self.agenda.follow(&job, effects.wheel, self.fire.lead());
         Ok(ShardReply::Job {
             job: view(&job, shard),
             created: false,
@@ -125,10 +146,20 @@ impl Shard {
         Ok(replies.pop().expect("one reply per request"))
     }
 
+    /// Withdraws the tickets fired ahead of their time of the jobs `pick` selects (by job and
+    /// tenant) that are not due yet: the dispatcher will not publish them. The caller takes them
+    /// back in the database (`unfire`) in the transaction of the pause or delete, and gives them
+    /// back to the dispatcher (`Handle::restore`) if that fails. So a pause or delete holds for
+    /// every occurrence not due when it is applied, as without a lead.
+    fn withdraw_early(&mut self, pick: impl Fn(Uuid, &str) -> bool) -> Vec<Uuid> {
+        let tickets = self.agenda.take_fired_ahead(pick);
+        self.fire.dispatcher.withdraw(&tickets)
+    }
+
     /// Creates queued together, answered each: one transaction for all of them.
-    pub(super) async fn create_batch(&mut self, batch: Vec<Create>) -> Result<(), ShardError> {
-        let now = self.ctx.clock.now_ms();
-        self.batch_jobs.clear();
+    pub async fn create_batch(&mut self, batch: Vec<Create>) -> Result<(), ShardError> {
+        let now = self.fire.ctx.clock.now_ms();
+        self.quota.batch_jobs.clear();
         let (requests, replies): (Vec<_>, Vec<_>) = batch
             .into_iter()
             .map(|c| ((c.job_id, c.spec, c.idempotency_key), c.reply))
@@ -172,7 +203,7 @@ impl Shard {
         if !rows.is_empty() {
             let jobs: Vec<(&JobRow, Option<&str>)> =
                 rows.iter().map(|(_, r, k)| (r, k.as_deref())).collect();
-            let outcomes = match self.store.create_jobs(&jobs).await {
+            let outcomes = match self.fire.store.create_jobs(&jobs).await {
                 Ok(o) => o,
                 Err(e) => {
                     let e = ShardError::from(e);
@@ -182,15 +213,15 @@ impl Shard {
             for ((i, row, _), outcome) in rows.iter().zip(outcomes) {
                 replies[*i] = Some(match outcome {
                     CreateOutcome::Created => {
-                        self.metrics.jobs_created.inc();
-                        self.follow_wheel(row, machine::wheel_of(row));
+                        self.fire.metrics.jobs_created.inc();
+                        (self.agenda).follow(row, machine::wheel_of(row), self.fire.lead());
                         ShardReply::Job {
-                            job: view(row, self.ctx.shard),
+                            job: view(row, self.fire.ctx.shard),
                             created: true,
                         }
                     }
                     CreateOutcome::Existing(existing) => ShardReply::Job {
-                        job: view(&existing, self.ctx.shard),
+                        job: view(&existing, self.fire.ctx.shard),
                         created: false,
                     },
                     CreateOutcome::KeyReused => ShardReply::Error(RpcError::new(
@@ -207,7 +238,7 @@ impl Shard {
     }
 
     async fn trigger(&mut self, job: &JobRow, now: i64) -> Result<ShardReply, ShardError> {
-        let (fired, ticket_ids) = self.fire_now(job, now).await?;
+        let (fired, ticket_ids) = self.fire.fire_now(job, now).await?;
         let (status, reason) = match fired {
             Fired::Ticketed => (RunStatus::Dispatched, None),
             Fired::Buffered => (RunStatus::Scheduled, Some(reason::BUFFERED)),
@@ -232,9 +263,7 @@ impl Shard {
         };
         Ok(ShardReply::Triggered { run })
     }
-}
 
-impl Shard {
     /// Why the create of `row` may not be written now (its tenant's create rate, then its job
     /// quota), or None. A create that passes counts against both; the quota's count of the
     /// tenant's jobs is read once per batch and kept up to date by the batch itself. A create
@@ -247,7 +276,7 @@ impl Shard {
         now: i64,
     ) -> Option<ShardReply> {
         let refused = self.limit(&row.tenant, now).await?;
-        match self.store.repeats_a_create(row, key).await {
+        match self.fire.store.repeats_a_create(row, key).await {
             Ok(true) => None,
             Ok(false) => Some(refused),
             Err(e) => Some(error_reply(&ShardError::from(e))),
@@ -255,10 +284,9 @@ impl Shard {
     }
 
     async fn limit(&mut self, tenant: &str, now: i64) -> Option<ShardReply> {
-        let s = self.ctx.settings.borrow().settings;
+        let s = self.fire.ctx.settings.borrow().settings;
         if let Err(wait_ms) =
-            self.create_rate
-                .admit(tenant, now, s.tenant_create_rate, s.tenant_create_burst)
+            (self.quota.create_rate).admit(tenant, now, s.tenant_create_rate, s.tenant_create_burst)
         {
             return Some(ShardReply::Error(RpcError {
                 retry_after_ms: Some(wait_ms),
@@ -274,9 +302,9 @@ impl Shard {
         if s.tenant_max_jobs == 0 {
             return None;
         }
-        let held = match self.batch_jobs.get(tenant) {
+        let held = match self.quota.batch_jobs.get(tenant) {
             Some(n) => *n,
-            None => match self.store.live_jobs(tenant).await {
+            None => match self.fire.store.live_jobs(tenant).await {
                 Ok(n) => n,
                 Err(e) => return Some(error_reply(&ShardError::from(e))),
             },
@@ -290,8 +318,88 @@ impl Shard {
                 ),
             )));
         }
-        self.batch_jobs.insert(tenant.to_string(), held + 1);
+        self.quota.batch_jobs.insert(tenant.to_string(), held + 1);
         None
+    }
+
+    async fn pause_tenant(&mut self, tenant: &str, now: i64) -> Result<ShardReply, ShardError> {
+        let unfire = self.withdraw_early(|_, t| t == tenant);
+        match self.fire.store.pause_tenant(tenant, &unfire, now).await {
+            Ok(true) => info!(tenant, "tenant paused"),
+            Ok(false) => {}
+            Err(e) => {
+                self.fire.dispatcher.restore(&unfire);
+                return Err(e.into());
+            }
+        }
+        // The tenant's wheel entries stay; they fire nothing while it is paused (`fire_jobs`).
+        self.agenda.set_paused(tenant, true);
+        self.tenant_reply(tenant, None).await
+    }
+
+    /// Resumes a tenant: each active job whose next occurrence passed during the pause continues
+    /// from its first occurrence after now (no catch-up for the paused time, as a resumed job).
+    /// One transaction, so a crash cannot leave jobs to catch up the whole pause.
+    async fn resume_tenant(&mut self, tenant: &str, now: i64) -> Result<ShardReply, ShardError> {
+        let mut jobs = self.fire.store.active_jobs_of(tenant).await?;
+        let mut moved = Vec::new();
+        for job in &mut jobs {
+            if let Some(resumed) = machine::tenant_resumed(job, now) {
+                *job = resumed;
+                moved.push(job.clone());
+            }
+        }
+        if self.fire.store.resume_tenant(tenant, &moved, now).await? {
+            info!(tenant, moved = moved.len(), "tenant resumed");
+            self.agenda.set_paused(tenant, false);
+            for job in &jobs {
+                (self.agenda).follow(job, machine::wheel_of(job), self.fire.lead());
+            }
+        }
+        self.tenant_reply(tenant, None).await
+    }
+
+    /// Fires every active job of the tenant once, now, each under its overlap policy.
+    async fn trigger_tenant(&mut self, tenant: &str, now: i64) -> Result<ShardReply, ShardError> {
+        if self.agenda.is_paused(tenant) {
+            return Ok(conflict("the tenant is paused: resume it first"));
+        }
+        let mut fired = 0;
+        for job in self.fire.store.active_jobs_of(tenant).await? {
+            if let (Fired::Ticketed, _) = self.fire.fire_now(&job, now).await? {
+                fired += 1;
+            }
+        }
+        self.tenant_reply(tenant, Some(fired)).await
+    }
+
+    async fn tenant_reply(
+        &self,
+        tenant: &str,
+        triggered: Option<u64>,
+    ) -> Result<ShardReply, ShardError> {
+        let mut view = self.fire.store.tenant(tenant).await?;
+        view.triggered = triggered;
+        Ok(ShardReply::Tenant { tenant: view })
+    }
+
+    /// Publishes a dead letter again as its next attempt.
+    async fn replay(&mut self, ticket: Uuid, now: i64) -> Result<ShardReply, ShardError> {
+        match self.fire.store.replay(ticket, now).await? {
+            Replay::NotFound => Ok(not_found("ticket")),
+            Replay::NotDead => Ok(ShardReply::Error(RpcError::new(
+                RpcErrorCode::Conflict,
+                "the ticket is not a dead letter",
+            ))),
+            Replay::Replayed(t) => {
+                info!(ticket_id = %ticket, attempt = t.attempt, "dead letter replayed");
+                self.fire.dispatcher.publish(vec![*t]);
+                match self.fire.store.ticket(ticket).await? {
+                    Some(view) => Ok(ShardReply::Ticket { ticket: view }),
+                    None => Ok(not_found("ticket")),
+                }
+            }
+        }
     }
 }
 
@@ -304,104 +412,6 @@ fn answered(
         .into_iter()
         .map(|r| r.unwrap_or_else(&mut rest))
         .collect()
-}
-
-impl Shard {
-    pub(super) async fn pause_tenant(
-        &mut self,
-        tenant: &str,
-        now: i64,
-    ) -> Result<ShardReply, ShardError> {
-        let unfire = self.withdraw_early(|_, s| s.tenant == tenant);
-        match self.store.pause_tenant(tenant, &unfire, now).await {
-            Ok(true) => info!(tenant, "tenant paused"),
-            Ok(false) => {}
-            Err(e) => {
-                self.dispatcher.restore(&unfire);
-                return Err(e.into());
-            }
-        }
-        // The tenant's wheel entries stay; they fire nothing while it is paused (`fire_job`).
-        self.paused.insert(tenant.to_string());
-        self.tenant_reply(tenant, None).await
-    }
-
-    /// Resumes a tenant: each active job whose next occurrence passed during the pause continues
-    /// from its first occurrence after now (no catch-up for the paused time, as a resumed job).
-    /// One transaction, so a crash cannot leave jobs to catch up the whole pause.
-    pub(super) async fn resume_tenant(
-        &mut self,
-        tenant: &str,
-        now: i64,
-    ) -> Result<ShardReply, ShardError> {
-        let mut jobs = self.store.active_jobs_of(tenant).await?;
-        let mut moved = Vec::new();
-        for job in &mut jobs {
-            if let Some(resumed) = machine::tenant_resumed(job, now) {
-                *job = resumed;
-                moved.push(job.clone());
-            }
-        }
-        if self.store.resume_tenant(tenant, &moved, now).await? {
-            info!(tenant, moved = moved.len(), "tenant resumed");
-            self.paused.remove(tenant);
-            for job in &jobs {
-                self.follow_wheel(job, machine::wheel_of(job));
-            }
-        }
-        self.tenant_reply(tenant, None).await
-    }
-
-    /// Fires every active job of the tenant once, now, each under its overlap policy.
-    pub(super) async fn trigger_tenant(
-        &mut self,
-        tenant: &str,
-        now: i64,
-    ) -> Result<ShardReply, ShardError> {
-        if self.paused.contains(tenant) {
-            return Ok(conflict("the tenant is paused: resume it first"));
-        }
-        let mut fired = 0;
-        for job in self.store.active_jobs_of(tenant).await? {
-            if let (Fired::Ticketed, _) = self.fire_now(&job, now).await? {
-                fired += 1;
-            }
-        }
-        self.tenant_reply(tenant, Some(fired)).await
-    }
-
-    async fn tenant_reply(
-        &self,
-        tenant: &str,
-        triggered: Option<u64>,
-    ) -> Result<ShardReply, ShardError> {
-        let mut view = self.store.tenant(tenant).await?;
-        view.triggered = triggered;
-        Ok(ShardReply::Tenant { tenant: view })
-    }
-
-    /// Publishes a dead letter again as its next attempt.
-    pub(super) async fn replay(
-        &mut self,
-        ticket: Uuid,
-        now: i64,
-    ) -> Result<ShardReply, ShardError> {
-        match self.store.replay(ticket, now).await? {
-            Replay::NotFound => Ok(not_found("ticket")),
-            Replay::NotDead => Ok(ShardReply::Error(RpcError::new(
-                RpcErrorCode::Conflict,
-                "the ticket is not a dead letter",
-            ))),
-            Replay::Replayed(t) => {
-                info!(ticket_id = %ticket, attempt = t.attempt, "dead letter replayed");
-                self.dispatcher.publish(vec![*t]);
-                match self.store.ticket(ticket).await? {
-                    Some(view) => Ok(ShardReply::Ticket { ticket: view }),
-                    None => Ok(not_found("ticket")),
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]

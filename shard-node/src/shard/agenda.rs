@@ -1,0 +1,215 @@
+//! What this shard will fire, as it is held in memory: the wheel (`timers.rs`) with each job's
+//! next occurrence, the retry timers and the watchdog's checks; the occurrences taken from the
+//! wheel and not fired yet (a storm is fired a few batches per turn of the loop); the tickets
+//! fired ahead of their time until they are due; the paused tenants; and where the last load from
+//! the database stopped.
+//!
+//! Pure: no store, no NATS, no clock (callers pass `now` and the fire lead). The event loop owns
+//! the one instance and lends it to firing (`fire.rs`), writes (`writes.rs`) and tenant moves
+//! (`moves.rs`); what the database says is theirs to read and bring here.
+
+use std::collections::{HashMap, HashSet};
+
+use uuid::Uuid;
+
+use super::{
+    fair::FairQueue,
+    machine,
+    store::{JobRow, WalStamp},
+    timers::{Due, Timer, Timers},
+};
+
+pub(super) struct Agenda {
+    /// The wheel: occurrences, retries and watchdog checks.
+    pub timers: Timers,
+    /// Occurrences taken from the wheel and not fired yet, highest priority first, tenants
+    /// taking turns.
+    backlog: FairQueue<u32, Due>,
+    /// Tickets fired ahead of their time (`fire_lead`), by job, until they are due: a pause or
+    /// delete takes back those not due yet.
+    staged: HashMap<Uuid, Staged>,
+    /// Tenants paused now (the store's `paused_tenants`, kept here so a fire needs no query).
+    paused: HashSet<String>,
+    /// At the last load that asked the database: the WAL's stamp before it, and the earliest
+    /// occurrence beyond what it loaded.
+    last_load: (Option<WalStamp>, Option<i64>),
+}
+
+/// A job's tickets fired ahead of their time: (ticket id, due time).
+struct Staged {
+    tenant: String,
+    tickets: Vec<(Uuid, i64)>,
+}
+
+impl Agenda {
+    pub fn new(timers: Timers) -> Agenda {
+        Agenda {
+            timers,
+            backlog: FairQueue::default(),
+            staged: HashMap::new(),
+            paused: HashSet::new(),
+            last_load: (None, None),
+        }
+    }
+
+    /// Puts a job's next occurrence in the wheel if it falls within what is loaded, `lead` ms
+    /// before it is due (firing puts it back at its due time if it may not fire early).
+    pub fn track(&mut self, due: Due, lead: i64) {
+        self.timers.track(due, lead);
+    }
+
+    /// Makes the wheel hold what the state machine says of a job.
+    pub fn follow(&mut self, job: &JobRow, wheel: machine::Wheel, lead: i64) {
+        match wheel {
+            machine::Wheel::Track(at) => self.track(Due::of(job, at), lead),
+            machine::Wheel::Untrack => self.timers.untrack(job.id),
+        }
+    }
+
+    /// Starts a load up to `until`: forgets the tickets fired ahead that are due by `now`, and
+    /// says whether the database must be asked. It need not be when the WAL is unchanged since
+    /// the last load that asked (`stamp`: nothing was committed) and the next occurrence beyond
+    /// that load is still beyond `until`; then only the watermark moves.
+    pub fn start_load(&mut self, now: i64, stamp: Option<WalStamp>, until: i64) -> bool {
+        self.staged.retain(|_, s| {
+            s.tickets.retain(|(_, at)| *at > now);
+            !s.tickets.is_empty()
+        });
+        let (last_stamp, next_beyond) = self.last_load;
+        if stamp.is_some() && stamp == last_stamp && next_beyond.is_none_or(|at| at > until) {
+            self.timers.loaded(until);
+            return false;
+        }
+        true
+    }
+
+    /// Takes in what a load that asked the database found: the occurrences due up to `until`,
+    /// and the earliest one beyond (`next_beyond`), under the WAL's stamp taken before it.
+    pub fn loaded(
+        &mut self,
+        until: i64,
+        stamp: Option<WalStamp>,
+        next_beyond: Option<i64>,
+        due: impl IntoIterator<Item = Due>,
+        lead: i64,
+    ) {
+        self.last_load = (stamp, next_beyond);
+        // Raise the watermark first: `track` ignores entries beyond it.
+        self.timers.loaded(until);
+        for d in due {
+            self.track(d, lead);
+        }
+    }
+
+    /// Takes what is due by `now` from the wheel: occurrences join the backlog (those
+    /// `held_back` are dropped: their tenant fires on another shard now), the retry and watchdog
+    /// timers are returned.
+    pub fn take_due(&mut self, now: i64, held_back: impl Fn(Uuid) -> bool) -> Vec<Timer> {
+        let mut others = Vec::new();
+        let backlog = &mut self.backlog;
+        self.timers.take_due(now, |timer| match timer {
+            _ if held_back(timer.id()) => {}
+            Timer::Occurrence {
+                job,
+                at,
+                priority,
+                tenant,
+            } => backlog.push(
+                priority,
+                tenant,
+                Due {
+                    job,
+                    at,
+                    priority,
+                    tenant,
+                },
+            ),
+            other => others.push(other),
+        });
+        others
+    }
+
+    /// Up to `n` occurrences of the backlog in firing order, less those `held_back`.
+    pub fn next_batch(&mut self, n: usize, held_back: impl Fn(Uuid) -> bool) -> Vec<Due> {
+        std::iter::from_fn(|| self.backlog.pop())
+            .take(n)
+            .filter(|d| !held_back(d.job))
+            .collect()
+    }
+
+    /// Whether occurrences wait in the backlog (the loop goes round at once).
+    pub fn has_backlog(&self) -> bool {
+        !self.backlog.is_empty()
+    }
+
+    /// Remembers a job's tickets fired ahead of their time, so a pause can withdraw them.
+    pub fn note_fired_ahead(&mut self, job: Uuid, tenant: &str, tickets: Vec<(Uuid, i64)>) {
+        if tickets.is_empty() {
+            return;
+        }
+        self.staged
+            .entry(job)
+            .or_insert_with(|| Staged {
+                tenant: tenant.to_string(),
+                tickets: Vec::new(),
+            })
+            .tickets
+            .extend(tickets);
+    }
+
+    /// Whether the job has an occurrence fired ahead that is not due yet.
+    pub fn fired_ahead(&self, job: Uuid, now: i64) -> bool {
+        self.staged
+            .get(&job)
+            .is_some_and(|s| s.tickets.iter().any(|(_, at)| *at > now))
+    }
+
+    /// Takes out the tickets fired ahead of the jobs `pick` selects (by job and tenant), with
+    /// their due times: the caller withdraws the ones not due yet from the dispatcher.
+    pub fn take_fired_ahead(&mut self, pick: impl Fn(Uuid, &str) -> bool) -> Vec<(Uuid, i64)> {
+        let mut tickets = Vec::new();
+        self.staged.retain(|job, s| {
+            let take = pick(*job, &s.tenant);
+            if take {
+                tickets.extend(s.tickets.iter().copied());
+            }
+            !take
+        });
+        tickets
+    }
+
+    /// Takes the jobs `pick` selects out of the wheel; returns how many were in it.
+    pub fn untrack_where(&mut self, pick: impl Fn(Uuid) -> bool) -> usize {
+        let jobs: Vec<Uuid> = self
+            .timers
+            .tracked()
+            .filter(|j| pick(**j))
+            .copied()
+            .collect();
+        for job in &jobs {
+            self.timers.untrack(*job);
+        }
+        jobs.len()
+    }
+
+    pub fn is_paused(&self, tenant: &str) -> bool {
+        self.paused.contains(tenant)
+    }
+
+    /// Records a tenant paused (`true`) or resumed.
+    pub fn set_paused(&mut self, tenant: &str, paused: bool) {
+        if paused {
+            self.paused.insert(tenant.to_string());
+        } else {
+            self.paused.remove(tenant);
+        }
+    }
+
+    /// The paused tenants, as the store lists them when the shard opens.
+    pub fn paused_are(&mut self, tenants: Vec<String>) {
+        self.paused = tenants.into_iter().collect();
+    }
+}
+
+#[cfg(test)]
+mod tests;
