@@ -97,8 +97,6 @@ pub enum Error {
         cluster: String,
         given: String,
     },
-    #[error("{0}")]
-    Unsupported(&'static str),
     #[error("invalid settings: {0}")]
     Settings(#[from] chronoshard_wire::settings::SettingsError),
     /// The plugin directory is not a directory this process can read.
@@ -138,11 +136,6 @@ impl ControlPlane {
         opts.settings.validate()?;
         if let Some(dir) = &opts.plugin_dir {
             check_plugin_dir(dir)?;
-        }
-        if opts.sharding == Some(Sharding::TimeWindow) {
-            return Err(Error::Unsupported(
-                "time_window sharding is not available in this version; use --sharding tenant",
-            ));
         }
         // A replica that will refuse to start must not change the cluster it refuses to join.
         if let Some(config) = Cluster::existing_config(nats.data.clone()).await? {

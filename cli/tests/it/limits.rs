@@ -42,27 +42,6 @@ async fn count(api: &Api, tenant: &str) -> usize {
     page["jobs"].as_array().unwrap().len()
 }
 
-/// Changes the settings and waits until both nodes run them.
-async fn set(api: &Api, body: Value) {
-    let (status, _, s) = api
-        .send(Method::PUT, "/v1/settings", Some(&body.to_string()))
-        .await;
-    assert_eq!(status, 200, "{s}");
-    let version = s["version"].clone();
-    wait_for(
-        "the nodes to run the new settings",
-        Duration::from_secs(20),
-        || async {
-            let (_, nodes) = api.get("/v1/nodes").await;
-            let nodes = nodes["nodes"].as_array()?.clone();
-            (nodes.len() == 2 && nodes.iter().all(|n| n["settings_version"] == version))
-                .then_some(())
-        },
-    )
-    .await
-    .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn oversized_requests_and_fast_or_full_tenants_are_refused_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -113,11 +92,8 @@ async fn oversized_requests_and_fast_or_full_tenants_are_refused_and_change_noth
     );
 
     // One create per second per tenant, two at once.
-    set(
-        &api,
-        json!({"tenant_create_rate": 1, "tenant_create_burst": 2}),
-    )
-    .await;
+    api.set_settings(json!({"tenant_create_rate": 1, "tenant_create_burst": 2}))
+        .await;
     let started = Instant::now();
     let (mut created, mut refused) = (0u64, None);
     for i in 0..6 {
@@ -158,7 +134,8 @@ async fn oversized_requests_and_fast_or_full_tenants_are_refused_and_change_noth
     assert_eq!(status, 201);
 
     // At most two jobs that can still fire per tenant.
-    set(&api, json!({"tenant_create_rate": 0, "tenant_max_jobs": 2})).await;
+    api.set_settings(json!({"tenant_create_rate": 0, "tenant_max_jobs": 2}))
+        .await;
     let a = api.create(&job("full", "a")).await;
     api.create(&job("full", "b")).await;
     let (status, problem, retry) = create(&api, &job("full", "c"), None).await;

@@ -41,6 +41,7 @@ mod role_config;
 mod settings;
 mod shard_node_process;
 mod sigstop;
+mod time_window;
 mod tokens;
 mod traces;
 mod walking_skeleton;

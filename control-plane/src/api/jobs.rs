@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use chronoshard_schedule::spec::check_job;
 use chronoshard_wire::{
     job::check_token,
-    rpc::{JobIds, ShardReply, ShardRequest},
+    rpc::{JobIds, RpcErrorCode, ShardReply, ShardRequest},
     Job, JobPatch, JobSpec, RunView, TicketView,
 };
 use serde::{Deserialize, Serialize};
@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use chronoshard_telemetry::traces;
 
-use crate::routing::{mint_job_id, Route};
+use crate::routing::{CallError, Route};
 
 use super::{
     auth::Caller,
@@ -117,8 +117,7 @@ pub async fn create_job(
         ),
         None => None,
     };
-    let job_id = mint_job_id(&spec.tenant);
-    let tenant = spec.tenant.clone();
+    let job_id = state.router.mint_job_id(&spec.tenant, key.as_deref());
     if state.router.job_ids() == JobIds::Indexed {
         // Indexed first: an index entry whose create failed is harmless (the job reads as not
         // found), a job without an entry would be unreachable by id.
@@ -128,17 +127,7 @@ pub async fn create_job(
             .await
             .map_err(|e| ApiError::Unavailable(e.to_string()))?;
     }
-    let reply = state
-        .router
-        .call(
-            Route::Tenant(&tenant),
-            &ShardRequest::CreateJob {
-                job_id,
-                spec,
-                idempotency_key: key,
-            },
-        )
-        .await?;
+    let (job_id, reply) = create_call(&state, job_id, spec, key).await?;
     let (job, created) = job_reply(reply)?;
     // A create resent after a timeout finds the job its first copy created: still this
     // request's job.
@@ -155,6 +144,48 @@ pub async fn create_job(
         [(axum::http::header::LOCATION, format!("/v1/jobs/{}", job.id))],
         Json(job),
     ))
+}
+
+/// Sends a create to its shard: the tenant's, or in a time_window cluster the job's own (its id
+/// says which). There, a shard holding its part of the tenant's job quota refuses; a create
+/// without an idempotency key then goes to another shard with a new id, until one has room or
+/// every shard refused. Returns the id that was created.
+async fn create_call(
+    state: &AppState,
+    mut job_id: Uuid,
+    spec: JobSpec,
+    key: Option<String>,
+) -> Result<(Uuid, ShardReply), ApiError> {
+    let tenant = spec.tenant.clone();
+    let spreads = state.router.spreads_tenants();
+    let mut tried = Vec::new();
+    loop {
+        let route = match spreads {
+            true => Route::Id(job_id),
+            false => Route::Tenant(&tenant),
+        };
+        let req = ShardRequest::CreateJob {
+            job_id,
+            spec: spec.clone(),
+            idempotency_key: key.clone(),
+        };
+        match state.router.call(route, &req).await {
+            Err(CallError::Shard(e))
+                if e.code == RpcErrorCode::QuotaExceeded && spreads && key.is_none() =>
+            {
+                tried.push(state.router.shard_for_id(job_id));
+                // 64 random ids reach an untried shard unless nearly every one was tried.
+                let other = (0..64)
+                    .map(|_| state.router.mint_job_id(&tenant, None))
+                    .find(|id| !tried.contains(&state.router.shard_for_id(*id)));
+                match other {
+                    Some(id) => job_id = id,
+                    None => return Err(CallError::Shard(e).into()),
+                }
+            }
+            reply => return Ok((job_id, reply?)),
+        }
+    }
 }
 
 /// List jobs, oldest first, cursor-paginated.
@@ -396,15 +427,18 @@ pub async fn get_ticket(
     Ok(Json(ticket))
 }
 
-/// Sends a read to the shard of `tenant`, or to every shard when no tenant is given.
+/// Sends a read to the shard of `tenant`, or to every shard when no tenant is given or the
+/// tenant's jobs spread over the shards (`time_window`).
 pub(super) async fn tenant_or_all(
     state: &AppState,
     tenant: Option<&str>,
     req: &ShardRequest,
 ) -> Result<Vec<Result<ShardReply, ApiError>>, ApiError> {
-    Ok(match tenant {
+    if let Some(t) = tenant {
+        check_token("tenant", t, 64).map_err(|e| ApiError::field(e.field, e.message))?;
+    }
+    Ok(match tenant.filter(|_| !state.router.spreads_tenants()) {
         Some(t) => {
-            check_token("tenant", t, 64).map_err(|e| ApiError::field(e.field, e.message))?;
             vec![state
                 .router
                 .call(Route::Tenant(t), req)

@@ -1,5 +1,7 @@
 //! `/v1/tenants/{tenant}`: a tenant's state, and pause, resume and trigger of all its jobs at once.
-//! A tenant lives in one shard (tenant sharding), so each request goes to that shard alone.
+//! In a `tenant` cluster a tenant lives in one shard, so each request goes to that shard alone; in
+//! a `time_window` cluster its jobs spread over every shard, so each request goes to all of them
+//! and their answers are added up (`merged`).
 
 use axum::{extract::State, http::StatusCode, response::IntoResponse, Json};
 use chronoshard_wire::rpc::{ShardReply, ShardRequest, TenantView};
@@ -15,16 +17,51 @@ async fn tenant_call(
     req: ShardRequest,
 ) -> Result<TenantView, ApiError> {
     caller.sees(tenant, "tenant")?;
-    match state
-        .router
-        .call(crate::routing::Route::Tenant(tenant), &req)
-        .await?
-    {
-        ShardReply::Tenant { tenant } => Ok(tenant),
-        other => Err(ApiError::Internal(format!(
-            "unexpected shard reply {other:?}"
-        ))),
+    let replies = match state.router.spreads_tenants() {
+        true => state.router.call_all(&req).await,
+        false => vec![
+            (state.router)
+                .call(crate::routing::Route::Tenant(tenant), &req)
+                .await,
+        ],
+    };
+    let mut views = Vec::with_capacity(replies.len());
+    // A shard that failed fails the request; those that answered applied it (a pause or resume
+    // sent again completes it).
+    for reply in replies {
+        match reply? {
+            ShardReply::Tenant { tenant } => views.push(tenant),
+            other => {
+                return Err(ApiError::Internal(format!(
+                    "unexpected shard reply {other:?}"
+                )))
+            }
+        }
     }
+    merged(views).ok_or_else(|| ApiError::Internal("no shard answered".into()))
+}
+
+/// One view of a tenant from its views on several shards: paused if it is paused on every one
+/// (since the earliest pause), its jobs and triggered occurrences added up.
+fn merged(views: Vec<TenantView>) -> Option<TenantView> {
+    let mut views = views.into_iter();
+    let mut all = views.next()?;
+    for v in views {
+        all.paused &= v.paused;
+        all.paused_at = match (all.paused_at, v.paused_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        all.jobs += v.jobs;
+        all.triggered = match (all.triggered, v.triggered) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        };
+    }
+    if !all.paused {
+        all.paused_at = None;
+    }
+    Some(all)
 }
 
 /// A tenant: whether it is paused and how many jobs it has.
@@ -90,4 +127,37 @@ pub async fn trigger_tenant(
         StatusCode::ACCEPTED,
         Json(tenant_call(&state, &caller, &tenant, req).await?),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{TimeZone, Utc};
+
+    use super::*;
+
+    fn view(paused_at: Option<i64>, jobs: u64, triggered: Option<u64>) -> TenantView {
+        TenantView {
+            tenant: "acme".into(),
+            paused: paused_at.is_some(),
+            paused_at: paused_at.map(|s| Utc.timestamp_opt(s, 0).unwrap()),
+            jobs,
+            triggered,
+        }
+    }
+
+    #[test]
+    fn a_tenant_spread_over_shards_is_the_sum_of_its_shards() {
+        assert_eq!(merged(Vec::new()), None);
+        let one = view(Some(5), 3, None);
+        assert_eq!(merged(vec![one.clone()]), Some(one));
+        let paused = merged(vec![view(Some(9), 3, None), view(Some(5), 0, None)]).unwrap();
+        assert_eq!(
+            paused,
+            view(Some(5), 3, None),
+            "paused since the earliest pause"
+        );
+        // Paused on one shard only (a pause that failed elsewhere): not paused.
+        let partly = merged(vec![view(Some(9), 2, Some(2)), view(None, 4, Some(1))]).unwrap();
+        assert_eq!(partly, view(None, 6, Some(3)));
+    }
 }

@@ -13,7 +13,7 @@ use chronoshard_wire::{
 use tokio::sync::{oneshot, watch};
 use uuid::Uuid;
 
-pub use placement::{mint_job_id, Placement};
+pub use placement::Placement;
 
 /// Why a call to a shard brought no reply to use. The API maps it to its answers
 /// (`api::error`); nothing here knows HTTP.
@@ -123,6 +123,16 @@ impl Router {
 
     pub fn shard_for_tenant(&self, tenant: &str) -> u32 {
         self.placement.borrow().shard_for_tenant(tenant)
+    }
+
+    /// Whether a tenant's jobs spread over every shard (`Placement::spreads_tenants`).
+    pub fn spreads_tenants(&self) -> bool {
+        self.placement.borrow().spreads_tenants()
+    }
+
+    /// A new job id (`Placement::mint_job_id`).
+    pub fn mint_job_id(&self, tenant: &str, idempotency_key: Option<&str>) -> Uuid {
+        self.placement.borrow().mint_job_id(tenant, idempotency_key)
     }
 
     pub fn shard_for_id(&self, id: Uuid) -> Option<u32> {

@@ -1,73 +1,26 @@
 //! Where tenants and jobs live: a pure function of the cluster config, the same in every control
 //! plane replica. No I/O.
 //!
-//! Tenants map to shards by consistent hashing (`hashring`, SipHash with fixed keys, 256 points
-//! per shard), so adding shards later moves only the tenants that remap. In a cluster with
-//! `JobIds::TenantKey` a tenant's place on the ring is its 16-bit routing key, and every job id
-//! minted here ends with its tenant's key: the shard of a job follows from its id, with no index
-//! to keep. Clusters created before that (`JobIds::Indexed`) keep hashing the tenant's name and
-//! find a job's tenant in the job index.
+//! In a `tenant` cluster tenants map to shards by consistent hashing
+//! (`chronoshard_placement::Ring`), so adding shards later moves only the tenants that remap. In
+//! a cluster with `JobIds::TenantKey` a tenant's place on the ring is its 16-bit routing key, and
+//! every job id minted here ends with its tenant's key: the shard of a job follows from its id,
+//! with no index to keep. Clusters created before that (`JobIds::Indexed`) keep hashing the
+//! tenant's name and find a job's tenant in the job index.
+//!
+//! In a `time_window` cluster a job id ends with the job's own key instead
+//! (`chronoshard_wire::ids::job_key`), so one tenant's jobs spread over every shard, and the
+//! shard of a job follows from its id and the layouts (`chronoshard_placement::WindowPlacement`).
+//! A tenant has no shard there: what concerns a whole tenant goes to every shard.
 
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use chronoshard_placement::{Ring, WindowPlacement};
 use chronoshard_wire::{
     ids,
     rpc::{ClusterConfig, JobIds, KeyTarget},
 };
-use hashring::HashRing;
 use uuid::Uuid;
-
-const POINTS_PER_SHARD: u32 = 256;
-
-/// A point on the ring: (shard, replica).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Point(u32, u32);
-
-impl Hash for Point {
-    // Little-endian bytes, so every control plane builds the same ring whatever its CPU; on a
-    // little-endian one these are the bytes the derived `Hash` wrote (the pinned mapping holds).
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write(&self.0.to_le_bytes());
-        state.write(&self.1.to_le_bytes());
-    }
-}
-
-/// A tenant's routing key (`ids::tenant_key`), as it is placed on the ring.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct RoutingKey(u16);
-
-impl Hash for RoutingKey {
-    // Bytes in a fixed order, so that the ring is the same on every platform.
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write(&self.0.to_le_bytes());
-    }
-}
-
-/// A new job id for `tenant`: it ends with the tenant's routing key (`chronoshard_wire::ids`).
-pub fn mint_job_id(tenant: &str) -> Uuid {
-    ids::mint(ids::tenant_key(tenant))
-}
-
-/// The consistent-hash ring of `n` shards.
-#[derive(Clone)]
-struct Ring(Arc<HashRing<Point>>);
-
-impl Ring {
-    fn new(shard_count: u32) -> Ring {
-        let mut ring = HashRing::new();
-        ring.batch_add(
-            (0..shard_count)
-                .flat_map(|s| (0..POINTS_PER_SHARD).map(move |r| Point(s, r)))
-                .collect(),
-        );
-        Ring(Arc::new(ring))
-    }
-
-    fn key(&self, key: u16) -> u32 {
-        self.0.get(&RoutingKey(key)).map(|p| p.0).unwrap_or(0)
-    }
-}
 
 /// While shards are being added: the ring before, and which tenants moved already.
 #[derive(Clone)]
@@ -86,6 +39,8 @@ pub struct Placement {
     shard_count: u32,
     job_ids: JobIds,
     growing: Option<Arc<Growing>>,
+    /// A `time_window` cluster's layouts.
+    windows: Option<WindowPlacement>,
 }
 
 impl std::fmt::Debug for Placement {
@@ -106,6 +61,7 @@ impl Placement {
             shard_count,
             job_ids,
             growing: None,
+            windows: None,
         }
     }
 
@@ -122,7 +78,24 @@ impl Placement {
                 moved,
             })
         });
+        p.windows = config.windows.as_ref().map(WindowPlacement::new);
         p
+    }
+
+    /// Whether a tenant's jobs spread over the shards (`time_window`), so that what concerns a
+    /// whole tenant goes to every shard.
+    pub fn spreads_tenants(&self) -> bool {
+        self.windows.is_some()
+    }
+
+    /// A new job id for `tenant`, ending with the routing key it is placed by: the tenant's, or
+    /// in a `time_window` cluster the job's own (`ids::job_key`, from the create's idempotency
+    /// key when it has one, so that a create sent again reaches the shard that knows the key).
+    pub fn mint_job_id(&self, tenant: &str, idempotency_key: Option<&str>) -> Uuid {
+        match self.windows {
+            Some(_) => ids::mint(ids::job_key(tenant, idempotency_key)),
+            None => ids::mint(ids::tenant_key(tenant)),
+        }
     }
 
     pub fn shard_count(&self) -> u32 {
@@ -136,11 +109,15 @@ impl Placement {
     /// The shard of a routing key now: its new shard once its tenants moved there (or no
     /// tenant of it ever lived on its old one), else its old shard.
     pub fn shard_for_key(&self, key: u16) -> u32 {
-        let new = self.ring.key(key);
+        if let Some(w) = &self.windows {
+            // Only the newest layout exists until a time_window cluster can grow.
+            return w.newest_shard(key);
+        }
+        let new = self.ring.shard_of(key);
         let Some(g) = &self.growing else {
             return new;
         };
-        let old = g.before.key(key);
+        let old = g.before.shard_of(key);
         if old == new || g.sealed.contains(&old) || g.moved.binary_search(&key).is_ok() {
             new
         } else {
@@ -148,9 +125,11 @@ impl Placement {
         }
     }
 
+    /// The shard of a tenant's jobs. Not asked in a `time_window` cluster (`spreads_tenants`),
+    /// where a tenant has no shard of its own.
     pub fn shard_for_tenant(&self, tenant: &str) -> u32 {
         match self.job_ids {
-            JobIds::Indexed => self.ring.0.get(&tenant).map(|p| p.0).unwrap_or(0),
+            JobIds::Indexed => self.ring.shard_of_name(tenant),
             JobIds::TenantKey => self.shard_for_key(ids::tenant_key(tenant)),
         }
     }
@@ -173,7 +152,7 @@ impl Placement {
         };
         (0..=u16::MAX)
             .filter_map(|key| {
-                let (old, new) = (g.before.key(key), self.ring.key(key));
+                let (old, new) = (g.before.shard_of(key), self.ring.shard_of(key));
                 (old == source && new != old).then_some(KeyTarget { key, target: new })
             })
             .collect()
@@ -182,14 +161,14 @@ impl Placement {
     /// The shard `key` lived on before the growth under way (its shard now when nothing grows).
     pub fn old_shard_for_key(&self, key: u16) -> u32 {
         match &self.growing {
-            Some(g) => g.before.key(key),
-            None => self.ring.key(key),
+            Some(g) => g.before.shard_of(key),
+            None => self.ring.shard_of(key),
         }
     }
 
     /// The shard `key` goes to (or stays on) in the growth under way.
     pub fn new_shard_for_key(&self, key: u16) -> u32 {
-        self.ring.key(key)
+        self.ring.shard_of(key)
     }
 }
 
@@ -227,22 +206,27 @@ mod tests {
     }
 
     #[test]
-    fn the_mapping_is_stable_across_processes() {
-        // Pinned: a change here would move tenants between shards on upgrade.
-        let shards = |job_ids| {
-            let p = Placement::new(8, job_ids);
-            ["acme", "globex", "initech", "umbrella"].map(|t| p.shard_for_tenant(t))
-        };
-        assert_eq!(shards(JobIds::Indexed), [3, 0, 0, 4]);
-        assert_eq!(shards(JobIds::TenantKey), [3, 2, 1, 6]);
-        // SipHash-2-4 with zero keys over b"acme", top 16 bits (checked against another implementation).
-        assert_eq!(ids::tenant_key("acme"), 42535);
+    fn an_indexed_cluster_finds_no_shard_in_an_id() {
+        let p = Placement::new(8, JobIds::Indexed);
+        assert_eq!(p.shard_for_id(p.mint_job_id("acme", None)), None);
     }
 
     #[test]
-    fn an_indexed_cluster_finds_no_shard_in_an_id() {
-        let p = Placement::new(8, JobIds::Indexed);
-        assert_eq!(p.shard_for_id(mint_job_id("acme")), None);
+    fn a_time_window_cluster_spreads_a_tenant_and_keeps_a_keyed_create_on_one_shard() {
+        use chronoshard_wire::rpc::Sharding;
+        let p = Placement::of(&ClusterConfig::new(8, Sharding::TimeWindow));
+        assert!(p.spreads_tenants());
+        assert!(!Placement::of(&ClusterConfig::new(8, Sharding::Tenant)).spreads_tenants());
+        let shards: std::collections::HashSet<u32> = (0..200)
+            .filter_map(|_| p.shard_for_id(p.mint_job_id("acme", None)))
+            .collect();
+        assert_eq!(shards.len(), 8, "one tenant's jobs reach every shard");
+        let keyed = |_| p.shard_for_id(p.mint_job_id("acme", Some("order-7")));
+        let first = keyed(0);
+        assert!((1..20).map(keyed).all(|s| s == first));
+        let job = p.mint_job_id("acme", None);
+        let ticket = ids::mint(ids::routing_key(job));
+        assert_eq!(p.shard_for_id(ticket), p.shard_for_id(job));
     }
 
     proptest! {
@@ -253,7 +237,7 @@ mod tests {
         ) {
             let p = Placement::new(shards, JobIds::TenantKey);
             for t in &tenants {
-                let job = mint_job_id(t);
+                let job = p.mint_job_id(t, None);
                 let ticket = ids::mint(ids::routing_key(job));
                 prop_assert_eq!(p.shard_for_id(job), Some(p.shard_for_tenant(t)));
                 prop_assert_eq!(p.shard_for_id(ticket), Some(p.shard_for_tenant(t)));

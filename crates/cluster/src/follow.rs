@@ -26,6 +26,11 @@ trait Versioned: DeserializeOwned + Send + Sync + 'static {
     fn version(&self) -> u64;
     /// Logs that this value is now the one in force.
     fn applied(&self);
+    /// Whether this is a stand-in for an entry not read yet, which any entry read replaces
+    /// whatever its version.
+    fn unread(&self) -> bool {
+        false
+    }
 }
 
 impl Versioned for VersionedSettings {
@@ -66,11 +71,17 @@ impl Versioned for ClusterConfig {
             "cluster config applied"
         );
     }
+
+    /// A cluster has shards; a config of none stands for one not read yet (a cluster of an
+    /// early version has version 0, so a version cannot say it).
+    fn unread(&self) -> bool {
+        self.shard_count == 0
+    }
 }
 
 impl Cluster {
     /// A channel that holds the cluster config and every change to it (shards added, tenants
-    /// moved) until `stop`, starting from `current`.
+    /// moved) until `stop`, starting from `current` (one of no shards until it is read).
     pub fn follow_config(
         &self,
         current: ClusterConfig,
@@ -159,7 +170,7 @@ async fn apply<T: Versioned>(
             Some(Ok(e)) if e.operation == kv::Operation::Put => {
                 match decode::<T>(&e.value, T::WHAT) {
                     // Versions only go up: a replayed older entry changes nothing.
-                    Ok(v) if v.version() > tx.borrow().version() => {
+                    Ok(v) if v.version() > tx.borrow().version() || tx.borrow().unread() => {
                         v.applied();
                         tx.send_replace(v);
                     }

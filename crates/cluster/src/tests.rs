@@ -253,6 +253,53 @@ async fn the_active_strategy_is_created_once_swapped_and_followed() {
     stop.cancel();
 }
 
+/// A follower that has not read the cluster config yet takes the first one it reads, also a
+/// config of an early version (no version field, read as 0), then only newer ones.
+#[tokio::test]
+async fn an_unread_cluster_config_is_replaced_by_any_config_read() {
+    use chronoshard_wire::rpc::{ClusterConfig, Sharding};
+    use tokio_util::sync::CancellationToken;
+
+    let nats = chronoshard_test_util::Nats::start().await.unwrap();
+    let cluster = Cluster::create(nats.client().await.unwrap(), &Topology::default())
+        .await
+        .unwrap();
+    let bucket = cluster
+        .js
+        .get_key_value(names::SHARDS_BUCKET)
+        .await
+        .unwrap();
+    bucket
+        .put(names::CLUSTER_CONFIG_KEY, r#"{"shard_count":8}"#.into())
+        .await
+        .unwrap();
+    let unread = ClusterConfig {
+        version: 0,
+        ..ClusterConfig::new(0, Sharding::Tenant)
+    };
+    let stop = CancellationToken::new();
+    let mut followed = cluster.follow_config(unread, stop.clone());
+    let wait = std::time::Duration::from_secs(10);
+    let old = tokio::time::timeout(wait, followed.wait_for(|c| c.shard_count != 0))
+        .await
+        .expect("the follower reads the early version's config")
+        .unwrap()
+        .clone();
+    assert_eq!((old.shard_count, old.version), (8, 0));
+    let next = ClusterConfig::new(12, Sharding::TimeWindow);
+    let value = serde_json::to_vec(&next).unwrap();
+    bucket
+        .put(names::CLUSTER_CONFIG_KEY, value.into())
+        .await
+        .unwrap();
+    tokio::time::timeout(wait, followed.wait_for(|c| c.version == 1))
+        .await
+        .expect("the follower sees version 1")
+        .unwrap();
+    assert_eq!(*followed.borrow(), next);
+    stop.cancel();
+}
+
 /// The followed queues are unknown until the registry is read, then follow workers that come
 /// and go.
 #[tokio::test]

@@ -15,6 +15,22 @@ pub fn tenant_key(tenant: &str) -> u16 {
     (h.finish() >> 48) as u16
 }
 
+/// A job's own routing key in a `time_window` cluster, where a tenant's jobs spread over the
+/// shards: chosen at random, or from the tenant and the create's idempotency key when it has one,
+/// so that a create sent again reaches the shard that remembers the key.
+pub fn job_key(tenant: &str, idempotency_key: Option<&str>) -> u16 {
+    let Some(key) = idempotency_key else {
+        let b = Uuid::new_v4().into_bytes();
+        return u16::from_be_bytes([b[0], b[1]]);
+    };
+    let mut h = hashring::DefaultHashBuilder.build_hasher();
+    h.write(tenant.as_bytes());
+    // A byte no tenant name holds keeps ("ab", "c") apart from ("a", "bc").
+    h.write_u8(0);
+    h.write(key.as_bytes());
+    (h.finish() >> 48) as u16
+}
+
 /// A new id ending with `key`. The 48-bit millisecond time and the 42-bit counter before the key
 /// are `Uuid::now_v7`'s, so ids minted by one process stay unique and increasing; 16 random bits
 /// remain against another process minting in the same millisecond.
@@ -45,5 +61,27 @@ mod tests {
             assert!(id > last, "{id} after {last}");
             last = id;
         }
+    }
+
+    #[test]
+    fn a_job_key_follows_the_idempotency_key_and_is_random_without_one() {
+        let k = job_key("acme", Some("order-1"));
+        assert_eq!(job_key("acme", Some("order-1")), k);
+        assert_ne!(job_key("acm", Some("eorder-1")), k);
+        let keys: std::collections::HashSet<u16> = (0..64)
+            .map(|i| job_key("acme", Some(&format!("order-{i}"))))
+            .collect();
+        assert!(
+            keys.len() > 60,
+            "keyed creates of one tenant spread: {}",
+            keys.len()
+        );
+        let random: std::collections::HashSet<u16> =
+            (0..64).map(|_| job_key("acme", None)).collect();
+        assert!(
+            random.len() > 60,
+            "unkeyed creates spread: {}",
+            random.len()
+        );
     }
 }

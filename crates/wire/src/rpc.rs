@@ -324,11 +324,47 @@ pub struct ClusterConfig {
     /// Present while added shards take over their tenants.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub growth: Option<crate::growth::Growth>,
+    /// The layouts of a `time_window` cluster (absent in a `tenant` one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub windows: Option<Windows>,
+}
+
+/// How a `time_window` cluster spreads occurrences over its shards: due time is cut into windows
+/// of `window_secs`, and each window is laid out over the shards of the layout in force for it.
+/// A layout never changes once written; adding shards appends one for later windows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Windows {
+    /// Length of a window of due time, in seconds.
+    pub window_secs: u32,
+    /// Oldest first; the first lays out every window before the second's, and so on.
+    pub layouts: Vec<Layout>,
+}
+
+/// The shards the windows from `from_window` on are spread over (until the next layout's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Layout {
+    /// The first window laid out so: its start in seconds since the Unix epoch over
+    /// `window_secs`.
+    pub from_window: i64,
+    /// The layout's shards: 0 to `shards - 1`.
+    pub shards: u32,
+}
+
+impl Windows {
+    /// Length of a window of a new `time_window` cluster.
+    pub const DEFAULT_WINDOW_SECS: u32 = 60;
 }
 
 impl ClusterConfig {
     /// The config a new cluster gets.
     pub fn new(shard_count: u32, sharding: Sharding) -> ClusterConfig {
+        let windows = (sharding == Sharding::TimeWindow).then(|| Windows {
+            window_secs: Windows::DEFAULT_WINDOW_SECS,
+            layouts: vec![Layout {
+                from_window: 0,
+                shards: shard_count,
+            }],
+        });
         ClusterConfig {
             shard_count,
             job_ids: JobIds::TenantKey,
@@ -336,6 +372,7 @@ impl ClusterConfig {
             version: 1,
             created_with: None,
             growth: None,
+            windows,
         }
     }
 
@@ -354,7 +391,8 @@ pub enum Sharding {
     /// A tenant's jobs live in one shard, chosen by consistent hashing of the tenant.
     #[default]
     Tenant,
-    /// Occurrences are partitioned by windows of due time spread over the shards.
+    /// Occurrences are partitioned by windows of due time, each window spread over the shards
+    /// of its layout by job.
     TimeWindow,
 }
 
@@ -375,8 +413,9 @@ pub enum JobIds {
     /// bucket `names::JOB_INDEX_BUCKET`, and tenants map to shards by their name.
     #[default]
     Indexed,
-    /// The last 16 bits of a job id are its tenant's routing key, and tenants map to shards by
-    /// that key: no index, so nothing outside the shard databases grows with the job count.
+    /// The last 16 bits of a job id are its routing key: its tenant's in a `tenant` cluster
+    /// (tenants map to shards by it), the job's own in a `time_window` one. No index, so nothing
+    /// outside the shard databases grows with the job count.
     TenantKey,
 }
 

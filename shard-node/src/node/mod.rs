@@ -18,7 +18,10 @@ use std::{
 };
 
 use chronoshard_cluster::{Cluster, Connections, LiveQueues};
-use chronoshard_wire::{rpc::ShardAssignment, settings::Settings};
+use chronoshard_wire::{
+    rpc::{ClusterConfig, ShardAssignment, Sharding},
+    settings::Settings,
+};
 use futures::StreamExt;
 use tokio::{sync::watch, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
@@ -103,11 +106,18 @@ impl ShardNode {
         // when it creates the cluster, before any node can have shards).
         let settings = membership.follow_settings(Settings::DEFAULT, shutdown.clone());
         let live_queues = membership.follow_live_queues(shutdown.clone());
+        // No shards until read: no shard opens before (`reconcile`).
+        let unread = ClusterConfig {
+            version: 0,
+            ..ClusterConfig::new(0, Sharding::Tenant)
+        };
+        let config = membership.follow_config(unread, shutdown.clone());
         let node = Node {
             opts,
             cluster,
             membership,
             settings,
+            config,
             live_queues,
             clock,
             running: HashMap::new(),
@@ -127,6 +137,8 @@ struct Node {
     /// On the membership connection: heartbeats and the shard map.
     membership: Cluster,
     settings: SettingsRx,
+    /// The cluster config (its sharding mode and shard count), shared by the node's shards.
+    config: watch::Receiver<ClusterConfig>,
     /// The queues live workers serve, shared by the node's shards.
     live_queues: watch::Receiver<LiveQueues>,
     clock: SharedClock,
@@ -249,6 +261,11 @@ impl Node {
             self.stopping.insert(s, task);
         }
         self.stopping.retain(|_, t| !t.is_finished());
+        if self.config.borrow().shard_count == 0 {
+            // A shard needs the cluster's sharding mode (a tenant's limits are shared by every
+            // shard in a time_window cluster); a later reconcile opens it.
+            return;
+        }
         for (&shard, &epoch) in &self.desired {
             // The shard opens again only once its previous task here is gone (a later reconcile
             // retries), so two loops of this node never share one shard.
@@ -262,6 +279,7 @@ impl Node {
                 node_id: self.opts.node_id.clone(),
                 databases: self.opts.databases.clone(),
                 settings: self.settings.clone(),
+                cluster_config: self.config.clone(),
                 live_queues: self.live_queues.clone(),
                 cluster: self.cluster.clone(),
                 clock: self.clock.clone(),

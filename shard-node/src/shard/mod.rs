@@ -123,6 +123,8 @@ pub struct ShardContext {
     pub databases: store::Databases,
     /// The cluster's live settings (`config()` reads the shard's part).
     pub settings: SettingsRx,
+    /// The cluster config as it changes (`tenant_share` reads it).
+    pub cluster_config: tokio::sync::watch::Receiver<chronoshard_wire::rpc::ClusterConfig>,
     /// The queues live workers serve: a shard warns of tickets that wait on any other.
     pub live_queues: tokio::sync::watch::Receiver<chronoshard_cluster::LiveQueues>,
     pub cluster: chronoshard_cluster::Cluster,
@@ -135,6 +137,16 @@ impl ShardContext {
     /// The shard's settings now.
     pub fn config(&self) -> ShardConfig {
         ShardConfig::from(&self.settings.borrow().settings)
+    }
+
+    /// How many shards share each tenant's limits: every shard in a `time_window` cluster, where
+    /// a tenant's jobs spread over all of them, so each enforces its part; one otherwise.
+    pub fn tenant_share(&self) -> u32 {
+        let c = self.cluster_config.borrow();
+        match c.windows {
+            Some(_) => c.shard_count.max(1),
+            None => 1,
+        }
     }
 }
 

@@ -283,25 +283,32 @@ impl Writes<'_> {
         }
     }
 
+    /// The tenant's create rate and job quota, or this shard's part of them when every shard
+    /// holds some of the tenant's jobs (`ShardContext::tenant_share`): the quota is divided so
+    /// that the parts add up to it (the control plane sends a create refused for it to another
+    /// shard), the rate rounded up, so a tenant may create up to one more per shard each second.
     async fn limit(&mut self, tenant: &str, now: i64) -> Option<ShardReply> {
         let s = self.fire.ctx.settings.borrow().settings;
-        if let Err(wait_ms) =
-            (self.quota.create_rate).admit(tenant, now, s.tenant_create_rate, s.tenant_create_burst)
-        {
+        let share = self.fire.ctx.tenant_share();
+        let here = match share {
+            1 => String::new(),
+            n => format!(" (each of the {n} shards admits its part)"),
+        };
+        let (rate, burst) = (s.tenant_create_rate, s.tenant_create_burst);
+        let (rate_here, burst_here) = (rate.div_ceil(share), burst.div_ceil(share).max(1));
+        if let Err(wait_ms) = (self.quota.create_rate).admit(tenant, now, rate_here, burst_here) {
             return Some(ShardReply::Error(RpcError {
                 retry_after_ms: Some(wait_ms),
                 ..RpcError::new(
                     RpcErrorCode::RateLimited,
-                    format!(
-                        "tenant {tenant:?} creates more than {} jobs per second",
-                        s.tenant_create_rate
-                    ),
+                    format!("tenant {tenant:?} creates more than {rate} jobs per second{here}"),
                 )
             }));
         }
         if s.tenant_max_jobs == 0 {
             return None;
         }
+        let quota_here = part(s.tenant_max_jobs, share, self.fire.ctx.shard);
         let held = match self.quota.batch_jobs.get(tenant) {
             Some(n) => *n,
             None => match self.fire.store.live_jobs(tenant).await {
@@ -309,13 +316,20 @@ impl Writes<'_> {
                 Err(e) => return Some(error_reply(&ShardError::from(e))),
             },
         };
-        if held >= s.tenant_max_jobs {
+        if held >= quota_here {
+            let quota = s.tenant_max_jobs;
             return Some(ShardReply::Error(RpcError::new(
                 RpcErrorCode::QuotaExceeded,
-                format!(
-                    "tenant {tenant:?} has {held} jobs that can still fire, its quota is {}",
-                    s.tenant_max_jobs
-                ),
+                match share {
+                    1 => format!(
+                        "tenant {tenant:?} has {held} jobs that can still fire, its quota is {quota}"
+                    ),
+                    n => format!(
+                        "tenant {tenant:?} has {held} jobs that can still fire on shard {}, \
+                         its part of the quota of {quota} over {n} shards",
+                        self.fire.ctx.shard
+                    ),
+                },
             )));
         }
         self.quota.batch_jobs.insert(tenant.to_string(), held + 1);
@@ -403,6 +417,12 @@ impl Writes<'_> {
     }
 }
 
+/// Shard `shard`'s part of `total` divided over `share` shards: the parts add up to `total`.
+fn part(total: u64, share: u32, shard: u32) -> u64 {
+    let share = u64::from(share.max(1));
+    total / share + u64::from(u64::from(shard) % share < total % share)
+}
+
 /// Every request's reply: the ones given, and `rest()` for the requests still unanswered.
 fn answered(
     replies: Vec<Option<ShardReply>>,
@@ -421,12 +441,25 @@ mod tests {
         rpc::{RpcErrorCode, ShardReply},
     };
 
-    use super::answered;
+    use super::{answered, part};
     use crate::shard::{
         rpc::{error_reply, invalid},
         store::StoreError,
         ShardError,
     };
+
+    #[test]
+    fn a_quota_is_divided_into_parts_that_add_up_to_it() {
+        for (total, share) in [(50, 4), (3, 8), (0, 8), (64, 8), (7, 1)] {
+            let parts: Vec<u64> = (0..share).map(|s| part(total, share, s)).collect();
+            assert_eq!(
+                parts.iter().sum::<u64>(),
+                total,
+                "{total} over {share}: {parts:?}"
+            );
+            assert!(parts.iter().max().unwrap() - parts.iter().min().unwrap() <= 1);
+        }
+    }
 
     /// A batch whose write failed answers its valid creates with the store's error; an invalid
     /// create in the same batch keeps its own validation error.

@@ -154,6 +154,27 @@ impl Api {
             .sum()
     }
 
+    /// Changes the settings and waits until the platform's two shard nodes run them.
+    pub async fn set_settings(&self, body: Value) {
+        let (status, _, s) = self
+            .send(
+                reqwest::Method::PUT,
+                "/v1/settings",
+                Some(&body.to_string()),
+            )
+            .await;
+        assert_eq!(status, 200, "{s}");
+        let version = s["version"].clone();
+        wait_for("the nodes to run the new settings", LONG, || async {
+            let (_, nodes) = self.get("/v1/nodes").await;
+            let nodes = nodes["nodes"].as_array()?.clone();
+            (nodes.len() == 2 && nodes.iter().all(|n| n["settings_version"] == version))
+                .then_some(())
+        })
+        .await
+        .unwrap();
+    }
+
     /// Runs of a job that are not merely `scheduled`.
     pub async fn past_runs(&self, job: &str) -> Vec<Value> {
         let (status, page) = self.get(&format!("/v1/jobs/{job}/runs?limit=500")).await;
