@@ -130,6 +130,13 @@ pub(crate) struct Ctx {
     hard_stop: CancellationToken,
 }
 
+/// A worker process's agent (`Worker::start`).
+///
+/// It runs on the runtime of the task that starts it. Handlers that wait on I/O (HTTP calls,
+/// queries) are served as well by a current-thread runtime, which spends less CPU per job than
+/// the multi-thread default, since a job then wakes no other thread: measured with a no-op
+/// handler at 1,667 jobs/s, 121 against 151 µs of CPU per job. Handlers that compute need the
+/// multi-thread runtime (or `spawn_blocking`).
 pub struct Worker;
 
 impl Worker {
