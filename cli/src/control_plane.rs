@@ -121,7 +121,10 @@ pub async fn run(args: ControlPlaneArgs, shutdown: CancellationToken) -> anyhow:
     println!("chronoshard control-plane {} is ready", args.id);
     println!("  url:    http://{}", handle.addr);
     println!("  nats:   {}", args.nats);
-    println!("  shards: {}", handle.shard_count);
+    println!(
+        "  shards: {} ({} sharding)",
+        handle.shard_count, handle.sharding
+    );
     if let Some(dir) = &args.plugin_dir {
         println!("  plugins: {}", dir.display());
     }

@@ -127,6 +127,9 @@ pub struct Platform {
     pub token: String,
     pub nats_url: String,
     pub nats_version: String,
+    /// The cluster's shard count and sharding mode when it started.
+    pub shard_count: u32,
+    pub sharding: Sharding,
     nats: chronoshard_natsd::Server,
     nats_opts: chronoshard_natsd::Options,
     shutdown: CancellationToken,
@@ -215,6 +218,8 @@ impl Platform {
             token,
             nats_url: nats.url(),
             nats_version: nats.binary.version.clone(),
+            shard_count: cp.shard_count,
+            sharding: cp.sharding,
             nats,
             nats_opts,
             shutdown,

@@ -86,6 +86,10 @@ async fn run(command: Command) -> anyhow::Result<()> {
             println!("  token:  {}", platform.token);
             println!("  data:   {}", data.display());
             println!(
+                "  shards: {} ({} sharding)",
+                platform.shard_count, platform.sharding
+            );
+            println!(
                 "  nats:   {} (nats-server {})",
                 platform.nats_url, platform.nats_version
             );

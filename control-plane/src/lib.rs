@@ -108,7 +108,9 @@ pub enum Error {
 #[derive(Clone, Debug)]
 pub struct Handle {
     pub addr: SocketAddr,
+    /// The cluster's shard count and sharding mode when this replica started.
     pub shard_count: u32,
+    pub sharding: Sharding,
     pub leadership: watch::Receiver<leader::Leadership>,
 }
 
@@ -206,7 +208,10 @@ impl ControlPlane {
             .run(shutdown.clone())
             .instrument(span.clone()),
         );
-        let shard_count = config.borrow().shard_count;
+        let (shard_count, sharding) = {
+            let c = config.borrow();
+            (c.shard_count, c.sharding)
+        };
         let state = api::AppState::new(api::Shared {
             router,
             cluster: cluster.clone(),
@@ -238,6 +243,7 @@ impl ControlPlane {
             Handle {
                 addr,
                 shard_count,
+                sharding,
                 leadership,
             },
             task,

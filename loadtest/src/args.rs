@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use chronoshard_wire::Dur;
+use chronoshard_wire::{rpc::Sharding, Dur};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::{probe::noop::NoopWorkerArgs, scenario::Kind};
@@ -96,6 +96,9 @@ pub struct Common {
     /// Shards of a platform this run starts (default 8; `grow`: 4, the count before it adds).
     #[arg(long)]
     pub shards: Option<u32>,
+    /// Sharding mode of a platform this run starts (`grow` adds shards to `tenant` only).
+    #[arg(long, value_enum, default_value_t = Sharding::Tenant)]
+    pub sharding: Sharding,
     /// Who executes the tickets.
     #[arg(long, value_enum, default_value_t = Target::Noop)]
     pub target: Target,
@@ -221,6 +224,7 @@ pub struct Settings {
     pub worker_concurrency: usize,
     pub shard_nodes: usize,
     pub shards: u32,
+    pub sharding: Sharding,
     pub kill: Option<Kill>,
     pub kill_at: f64,
     /// `grow` only: shards added, and when (fractions of the window) they are added and a
@@ -262,6 +266,7 @@ impl Settings {
             worker_concurrency: a.common.worker_concurrency.max(1),
             shard_nodes: a.common.shard_nodes.max(1),
             shards: a.common.shards.unwrap_or(shards),
+            sharding: a.common.sharding,
             kill: (kind == Kind::Fault).then_some(a.kill),
             kill_at: a.kill_at.clamp(0.0, 1.0),
             grow: (kind == Kind::Grow).then(|| GrowSettings {

@@ -11,6 +11,7 @@ use std::{
 };
 
 use anyhow::{bail, Context};
+use chronoshard_wire::rpc::Sharding;
 use nix::{sys::signal::Signal, unistd::Pid};
 use tokio::{
     io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
@@ -33,6 +34,7 @@ pub struct SpawnOptions {
     /// `chronoshard dev`'s own workers (they execute `http` targets).
     pub dev_workers: usize,
     pub shards: u32,
+    pub sharding: Sharding,
 }
 
 /// A managed child process.
@@ -108,6 +110,8 @@ impl Platform {
             opts.dev_workers.to_string(),
             "--shards".into(),
             opts.shards.to_string(),
+            "--sharding".into(),
+            opts.sharding.to_string(),
             "--token".into(),
             "loadtest-admin".into(),
         ];

@@ -183,6 +183,7 @@ async fn reach_platform(
             0
         },
         shards: s.shards,
+        sharding: s.sharding,
     };
     eprintln!(
         "starting {} ({} shard nodes in it, {} as their own processes)",

@@ -275,6 +275,31 @@ fn burst_and_tenants_against_an_http_sink() {
     assert_eq!(counts, (Some(100), Some(100)), "{f}");
 }
 
+/// `--sharding time_window` starts a platform in that mode (its banner says so) and one
+/// tenant's burst runs there as anywhere.
+#[test]
+fn a_burst_of_one_tenant_on_a_time_window_platform() {
+    let out = tempfile::tempdir().unwrap();
+    let o = loadtest(
+        out.path(),
+        &[
+            "burst",
+            "--jobs",
+            "200",
+            "--tenants",
+            "1",
+            "--sharding",
+            "time_window",
+        ],
+    );
+    let r = ok(&o);
+    assert_nothing_lost(r, 200);
+    assert_eq!(r["params"]["sharding"], "time_window");
+    assert!(o.stdout.contains(", time_window sharding"), "{}", o.stdout);
+    let dev = std::fs::read_to_string(o.dir.as_ref().unwrap().join("dev.log")).unwrap();
+    assert!(dev.contains("shards: 8 (time_window sharding)"), "{dev}");
+}
+
 #[test]
 fn fault_kills_a_node_and_a_worker_and_loses_nothing() {
     let out = tempfile::tempdir().unwrap();

@@ -81,7 +81,11 @@ pub fn summary(r: &Report, dir: &Path) -> String {
         r.scenario, r.run_id, r.machine.cpus, r.machine.load_start, r.machine.load_end
     );
     if !r.platform.chronoshard_version.is_empty() {
-        let _ = writeln!(s, "  platform {}", r.platform.chronoshard_version);
+        let sharding = match r.params["sharding"].as_str() {
+            Some(mode) if mode != "tenant" => format!(", {mode} sharding"),
+            _ => String::new(),
+        };
+        let _ = writeln!(s, "  platform {}{sharding}", r.platform.chronoshard_version);
     }
     if let Some(c) = &r.create {
         let _ = writeln!(
