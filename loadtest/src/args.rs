@@ -96,9 +96,10 @@ pub struct Common {
     /// Shards of a platform this run starts (default 8; `grow`: 4, the count before it adds).
     #[arg(long)]
     pub shards: Option<u32>,
-    /// Sharding mode of a platform this run starts (`grow` adds shards to `tenant` only).
-    #[arg(long, value_enum, default_value_t = Sharding::Tenant)]
-    pub sharding: Sharding,
+    /// Sharding mode of a platform this run starts (default tenant; `grow` adds shards to
+    /// `tenant` only).
+    #[arg(long, value_enum, conflicts_with = "url")]
+    pub sharding: Option<Sharding>,
     /// Who executes the tickets.
     #[arg(long, value_enum, default_value_t = Target::Noop)]
     pub target: Target,
@@ -224,7 +225,8 @@ pub struct Settings {
     pub worker_concurrency: usize,
     pub shard_nodes: usize,
     pub shards: u32,
-    pub sharding: Sharding,
+    /// Absent for a platform the run did not start.
+    pub sharding: Option<Sharding>,
     pub kill: Option<Kill>,
     pub kill_at: f64,
     /// `grow` only: shards added, and when (fractions of the window) they are added and a
@@ -266,7 +268,10 @@ impl Settings {
             worker_concurrency: a.common.worker_concurrency.max(1),
             shard_nodes: a.common.shard_nodes.max(1),
             shards: a.common.shards.unwrap_or(shards),
-            sharding: a.common.sharding,
+            sharding: match a.common.url {
+                Some(_) => None,
+                None => Some(a.common.sharding.unwrap_or_default()),
+            },
             kill: (kind == Kind::Fault).then_some(a.kill),
             kill_at: a.kill_at.clamp(0.0, 1.0),
             grow: (kind == Kind::Grow).then(|| GrowSettings {

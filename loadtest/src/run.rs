@@ -14,6 +14,7 @@ use std::{
 
 use anyhow::{bail, Context};
 use chrono::{DateTime, Utc};
+use chronoshard_wire::rpc::Sharding;
 use futures::{stream, StreamExt};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -160,6 +161,9 @@ async fn reach_platform(
         }
         return Ok(Platform::external(url, token, nats, dir));
     }
+    if kind == Kind::Grow && s.sharding == Some(Sharding::TimeWindow) {
+        bail!("grow adds shards, which a time_window cluster cannot do yet: use --sharding tenant");
+    }
     if matches!(s.kill, Some(Kill::Worker | Kill::Both))
         && (s.target != Target::Noop || s.workers == 0)
     {
@@ -183,7 +187,7 @@ async fn reach_platform(
             0
         },
         shards: s.shards,
-        sharding: s.sharding,
+        sharding: s.sharding.unwrap_or_default(),
     };
     eprintln!(
         "starting {} ({} shard nodes in it, {} as their own processes)",

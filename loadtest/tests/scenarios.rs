@@ -419,6 +419,17 @@ fn raw_measures_the_ceiling_on_its_own_nats_server() {
     assert_eq!(cpu, ["chronoshard-loadtest", "nats-server"]);
 }
 
+/// `grow --sharding time_window` is refused before anything starts: such a cluster cannot add
+/// shards yet.
+#[test]
+fn grow_on_a_time_window_platform_is_refused_at_once() {
+    let out = tempfile::tempdir().unwrap();
+    let o = loadtest(out.path(), &["grow", "--sharding", "time_window"]);
+    assert_eq!(o.code, Some(1), "{}", o.stderr);
+    assert!(o.stderr.contains("use --sharding tenant"), "{}", o.stderr);
+    assert!(o.report.is_none());
+}
+
 #[test]
 fn an_unreachable_platform_is_a_clear_error() {
     let out = tempfile::tempdir().unwrap();

@@ -173,12 +173,8 @@ async fn create_call(
             Err(CallError::Shard(e))
                 if e.code == RpcErrorCode::QuotaExceeded && spreads && key.is_none() =>
             {
-                tried.push(state.router.shard_for_id(job_id));
-                // 64 random ids reach an untried shard unless nearly every one was tried.
-                let other = (0..64)
-                    .map(|_| state.router.mint_job_id(&tenant, None))
-                    .find(|id| !tried.contains(&state.router.shard_for_id(*id)));
-                match other {
+                tried.extend(state.router.shard_for_id(job_id));
+                match state.router.mint_job_id_avoiding(&tenant, &tried) {
                     Some(id) => job_id = id,
                     None => return Err(CallError::Shard(e).into()),
                 }

@@ -130,6 +130,11 @@ impl Router {
         self.placement.borrow().spreads_tenants()
     }
 
+    /// A new job id on a shard not in `tried` (`Placement::mint_job_id_avoiding`).
+    pub fn mint_job_id_avoiding(&self, tenant: &str, tried: &[u32]) -> Option<Uuid> {
+        self.placement.borrow().mint_job_id_avoiding(tenant, tried)
+    }
+
     /// A new job id (`Placement::mint_job_id`).
     pub fn mint_job_id(&self, tenant: &str, idempotency_key: Option<&str>) -> Uuid {
         self.placement.borrow().mint_job_id(tenant, idempotency_key)

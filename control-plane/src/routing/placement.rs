@@ -98,6 +98,17 @@ impl Placement {
         }
     }
 
+    /// A new job id for `tenant` whose key places it on none of the shards `tried`, or None
+    /// when every shard was tried: a create of a `time_window` cluster refused for its tenant's
+    /// quota part goes to another shard with it. The first such key from a random one on.
+    pub fn mint_job_id_avoiding(&self, tenant: &str, tried: &[u32]) -> Option<Uuid> {
+        let start = ids::job_key(tenant, None);
+        (0..=u16::MAX)
+            .map(|i| start.wrapping_add(i))
+            .find(|k| !tried.contains(&self.shard_for_key(*k)))
+            .map(ids::mint)
+    }
+
     pub fn shard_count(&self) -> u32 {
         self.shard_count
     }
@@ -227,6 +238,15 @@ mod tests {
         let job = p.mint_job_id("acme", None);
         let ticket = ids::mint(ids::routing_key(job));
         assert_eq!(p.shard_for_id(ticket), p.shard_for_id(job));
+        // A create refused on some shards finds each of the others, then none.
+        let mut tried = vec![2, 5];
+        while let Some(id) = p.mint_job_id_avoiding("acme", &tried) {
+            let shard = p.shard_for_id(id).unwrap();
+            assert!(!tried.contains(&shard), "{shard} again");
+            tried.push(shard);
+        }
+        tried.sort();
+        assert_eq!(tried, (0..8).collect::<Vec<u32>>());
     }
 
     proptest! {

@@ -170,6 +170,8 @@ impl Node {
         // Restarts shards whose task ended while assigned here.
         let mut retry = tokio::time::interval(RETRY_EVERY);
         let mut watch = None;
+        // Shards wanted before the config was read open as soon as it is.
+        let mut config = self.config.clone();
         loop {
             if watch.is_none() {
                 match self.membership.watch_shard_map().await {
@@ -180,6 +182,7 @@ impl Node {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = retry.tick() => self.reconcile(),
+                Ok(()) = config.changed() => self.reconcile(),
                 entry = next_entry(&mut watch) => match entry {
                     Some(entry) => self.on_assignment(entry),
                     None => watch = None,

@@ -46,6 +46,15 @@ impl CreateRate {
         Err(missing.div_ceil(u64::from(rate)))
     }
 
+    /// Gives back the create `admit` took from `tenant` for a create refused after all (its job
+    /// quota was full), so a refused create costs no token.
+    pub fn give_back(&mut self, tenant: &str, burst: u32) {
+        let full = u64::from(burst.max(1)) * 1000;
+        if let Some(b) = self.buckets.get_mut(tenant) {
+            b.milli = (b.milli + 1000).min(full);
+        }
+    }
+
     fn forget_full(&mut self, now: i64, rate: u32, full: u64) {
         self.buckets.retain(|_, b| {
             refill(b, now, rate, full);
@@ -68,6 +77,21 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn a_create_given_back_can_be_taken_again() {
+        let mut r = CreateRate::default();
+        assert_eq!(r.admit("a", 0, 1, 1), Ok(()));
+        assert_eq!(r.admit("a", 0, 1, 1), Err(1000));
+        r.give_back("a", 1);
+        assert_eq!(r.admit("a", 0, 1, 1), Ok(()));
+        // Never beyond the burst, and nothing for a tenant never seen.
+        r.give_back("a", 1);
+        r.give_back("a", 1);
+        r.give_back("b", 1);
+        assert_eq!(r.admit("a", 0, 1, 1), Ok(()));
+        assert_eq!(r.admit("a", 0, 1, 1), Err(1000));
+    }
 
     #[test]
     fn a_burst_passes_then_the_rate_holds_and_says_when_to_retry() {

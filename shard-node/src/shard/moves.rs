@@ -97,7 +97,7 @@ impl Leaving {
     }
 }
 
-/// Whether a request is a step of a tenant move (applied by `handle_move`).
+/// Whether a request is a step of a tenant move (applied by `Leaving::apply`).
 pub(super) fn is_move(req: &ShardRequest) -> bool {
     matches!(
         req,
@@ -119,7 +119,6 @@ pub(super) fn tenant_list(rows: Vec<(String, u64)>) -> ShardReply {
 }
 
 impl Leaving {
-    /// Applies a step of a tenant move.
     /// Applies a step of a tenant move, in the event loop: `fire` for the store, the agenda for
     /// the wheel entries of the tenants that leave or arrive.
     pub(super) async fn apply(

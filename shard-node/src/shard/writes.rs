@@ -313,10 +313,14 @@ impl Writes<'_> {
             Some(n) => *n,
             None => match self.fire.store.live_jobs(tenant).await {
                 Ok(n) => n,
-                Err(e) => return Some(error_reply(&ShardError::from(e))),
+                Err(e) => {
+                    self.quota.create_rate.give_back(tenant, burst_here);
+                    return Some(error_reply(&ShardError::from(e)));
+                }
             },
         };
         if held >= quota_here {
+            self.quota.create_rate.give_back(tenant, burst_here);
             let quota = s.tenant_max_jobs;
             return Some(ShardReply::Error(RpcError::new(
                 RpcErrorCode::QuotaExceeded,
