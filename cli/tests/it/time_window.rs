@@ -53,6 +53,10 @@ async fn a_time_window_cluster_spreads_a_tenant_and_answers_for_it_as_one() {
     let api = Api::new(&p);
     let (_, shards) = api.get("/v1/shards").await;
     assert_eq!(shards["sharding"], "time_window", "{shards}");
+    assert_eq!(
+        shards["windows"],
+        json!({"window_secs": 60, "layouts": [{"from_window": 0, "shards": 4}]})
+    );
 
     // One tenant's jobs land on every shard (random keys: 24 jobs miss a shard once in 250
     // runs, 100 practically never).

@@ -4,7 +4,7 @@
 use axum::{extract::State, http::StatusCode, Json};
 use chronoshard_wire::{
     growth::Growth,
-    rpc::{ShardAssignment, Sharding},
+    rpc::{ShardAssignment, Sharding, Windows},
 };
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -22,6 +22,9 @@ pub struct ShardMap {
     /// under way and the latest finished ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub growth: Option<Growth>,
+    /// A `time_window` cluster's window length and layouts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub windows: Option<Windows>,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -43,6 +46,7 @@ pub async fn list_shards(State(state): State<AppState>) -> Result<Json<ShardMap>
         sharding: config.sharding,
         shards: shards.into_iter().map(|(a, _)| a).collect(),
         growth: config.growth,
+        windows: config.windows,
     }))
 }
 
