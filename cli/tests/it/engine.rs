@@ -201,6 +201,8 @@ async fn a_paused_tenant_fires_nothing_until_resumed_and_can_be_triggered_at_onc
         (view["paused"].as_bool(), view["jobs"].as_u64()),
         (Some(true), Some(1))
     );
+    // One shard holds a tenant here: no count of paused shards.
+    assert!(view.get("paused_shards").is_none(), "{view}");
     let calls = |path: &str| sink.requests().iter().filter(|r| r.path == path).count();
     // a fire already under way when the pause landed may still arrive: count from after it
     let busy_before = api.past_runs(&busy).await.len();

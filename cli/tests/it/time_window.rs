@@ -147,10 +147,15 @@ async fn a_time_window_cluster_spreads_a_tenant_and_answers_for_it_as_one() {
         );
     }
     let (_, view) = api.get("/v1/tenants/acme").await;
-    assert_eq!(view["paused"], true, "{view}");
+    assert_eq!(
+        (&view["paused"], &view["paused_shards"], &view["shards"]),
+        (&json!(true), &json!(4), &json!(4)),
+        "{view}"
+    );
 
     let (status, view) = api.post("/v1/tenants/acme/resume", &json!({})).await;
     assert_eq!((status, &view["paused"]), (200, &json!(false)), "{view}");
+    assert_eq!(view["paused_shards"], 0, "{view}");
     all_ran_after(
         &api,
         &jobs,

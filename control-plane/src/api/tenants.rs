@@ -38,14 +38,23 @@ async fn tenant_call(
             }
         }
     }
-    merged(views).ok_or_else(|| ApiError::Internal("no shard answered".into()))
+    let spread = state.router.spreads_tenants();
+    let mut view = merged(views).ok_or_else(|| ApiError::Internal("no shard answered".into()))?;
+    if !spread {
+        (view.paused_shards, view.shards) = (None, None);
+    }
+    Ok(view)
 }
 
 /// One view of a tenant from its views on several shards: paused if it is paused on every one
-/// (since the earliest pause), its jobs and triggered occurrences added up.
+/// (since the earliest pause), on how many of them it is, its jobs and triggered occurrences
+/// added up.
 fn merged(views: Vec<TenantView>) -> Option<TenantView> {
+    let shards = views.len() as u32;
+    let paused_shards = views.iter().filter(|v| v.paused).count() as u32;
     let mut views = views.into_iter();
     let mut all = views.next()?;
+    (all.paused_shards, all.shards) = (Some(paused_shards), Some(shards));
     for v in views {
         all.paused &= v.paused;
         all.paused_at = match (all.paused_at, v.paused_at) {
@@ -142,22 +151,33 @@ mod tests {
             paused_at: paused_at.map(|s| Utc.timestamp_opt(s, 0).unwrap()),
             jobs,
             triggered,
+            paused_shards: None,
+            shards: None,
         }
+    }
+
+    /// `view` as merged from `shards` shards, `paused` of them paused.
+    fn of(view: TenantView, paused: u32, shards: u32) -> Option<TenantView> {
+        Some(TenantView {
+            paused_shards: Some(paused),
+            shards: Some(shards),
+            ..view
+        })
     }
 
     #[test]
     fn a_tenant_spread_over_shards_is_the_sum_of_its_shards() {
         assert_eq!(merged(Vec::new()), None);
         let one = view(Some(5), 3, None);
-        assert_eq!(merged(vec![one.clone()]), Some(one));
-        let paused = merged(vec![view(Some(9), 3, None), view(Some(5), 0, None)]).unwrap();
+        assert_eq!(merged(vec![one.clone()]), of(one, 1, 1));
+        let paused = merged(vec![view(Some(9), 3, None), view(Some(5), 0, None)]);
         assert_eq!(
             paused,
-            view(Some(5), 3, None),
-            "paused since the earliest pause"
+            of(view(Some(5), 3, None), 2, 2),
+            "since the earliest pause"
         );
-        // Paused on one shard only (a pause that failed elsewhere): not paused.
-        let partly = merged(vec![view(Some(9), 2, Some(2)), view(None, 4, Some(1))]).unwrap();
-        assert_eq!(partly, view(None, 6, Some(3)));
+        // Paused on one shard only (a pause that failed elsewhere): not paused, and says so.
+        let partly = merged(vec![view(Some(9), 2, Some(2)), view(None, 4, Some(1))]);
+        assert_eq!(partly, of(view(None, 6, Some(3)), 1, 2));
     }
 }

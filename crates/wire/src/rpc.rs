@@ -293,6 +293,15 @@ pub struct TenantView {
     /// Occurrences fired by a tenant-wide trigger (absent for other requests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triggered: Option<u64>,
+    /// In a `time_window` cluster, where the tenant's jobs spread over every shard: on how many
+    /// of its shards (`shards`) the tenant is paused. `paused` is true only when it is paused on
+    /// all of them; fewer means a pause or resume did not reach every shard yet (send it
+    /// again). Absent in a `tenant` cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_shards: Option<u32>,
+    /// In a `time_window` cluster: the shards the tenant's state was read from (every shard).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<u32>,
 }
 
 /// Who owns a shard, under which epoch (the fencing token).

@@ -78,6 +78,8 @@ impl Store {
             paused_at: paused_at.map(from_millis),
             jobs: jobs as u64,
             triggered: None,
+            paused_shards: None,
+            shards: None,
         })
     }
 
