@@ -158,25 +158,27 @@ async fn create_call(
 ) -> Result<(Uuid, ShardReply), ApiError> {
     let tenant = spec.tenant.clone();
     let spreads = state.router.spreads_tenants();
+    let movable = spreads && key.is_none();
+    let mut req = ShardRequest::CreateJob {
+        job_id,
+        spec,
+        idempotency_key: key,
+    };
     let mut tried = Vec::new();
     loop {
         let route = match spreads {
             true => Route::Id(job_id),
             false => Route::Tenant(&tenant),
         };
-        let req = ShardRequest::CreateJob {
-            job_id,
-            spec: spec.clone(),
-            idempotency_key: key.clone(),
-        };
         match state.router.call(route, &req).await {
-            Err(CallError::Shard(e))
-                if e.code == RpcErrorCode::QuotaExceeded && spreads && key.is_none() =>
-            {
+            Err(CallError::Shard(e)) if e.code == RpcErrorCode::QuotaExceeded && movable => {
                 tried.extend(state.router.shard_for_id(job_id));
                 match state.router.mint_job_id_avoiding(&tenant, &tried) {
                     Some(id) => job_id = id,
                     None => return Err(CallError::Shard(e).into()),
+                }
+                if let ShardRequest::CreateJob { job_id: id, .. } = &mut req {
+                    *id = job_id;
                 }
             }
             reply => return Ok((job_id, reply?)),

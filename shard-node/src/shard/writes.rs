@@ -290,13 +290,13 @@ impl Writes<'_> {
     async fn limit(&mut self, tenant: &str, now: i64) -> Option<ShardReply> {
         let s = self.fire.ctx.settings.borrow().settings;
         let share = self.fire.ctx.tenant_share();
-        let here = match share {
-            1 => String::new(),
-            n => format!(" (each of the {n} shards admits its part)"),
-        };
         let (rate, burst) = (s.tenant_create_rate, s.tenant_create_burst);
         let (rate_here, burst_here) = (rate.div_ceil(share), burst.div_ceil(share).max(1));
         if let Err(wait_ms) = (self.quota.create_rate).admit(tenant, now, rate_here, burst_here) {
+            let here = match share {
+                1 => String::new(),
+                n => format!(" (each of the {n} shards admits its part)"),
+            };
             return Some(ShardReply::Error(RpcError {
                 retry_after_ms: Some(wait_ms),
                 ..RpcError::new(
