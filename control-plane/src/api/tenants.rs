@@ -17,7 +17,8 @@ async fn tenant_call(
     req: ShardRequest,
 ) -> Result<TenantView, ApiError> {
     caller.sees(tenant, "tenant")?;
-    let replies = match state.router.spreads_tenants() {
+    let spread = state.router.spreads_tenants();
+    let replies = match spread {
         true => state.router.call_all(&req).await,
         false => vec![
             (state.router)
@@ -38,12 +39,11 @@ async fn tenant_call(
             }
         }
     }
-    let spread = state.router.spreads_tenants();
-    let mut view = merged(views).ok_or_else(|| ApiError::Internal("no shard answered".into()))?;
-    if !spread {
-        (view.paused_shards, view.shards) = (None, None);
-    }
-    Ok(view)
+    let view = match spread {
+        true => merged(views),
+        false => views.pop(),
+    };
+    view.ok_or_else(|| ApiError::Internal("no shard answered".into()))
 }
 
 /// One view of a tenant from its views on several shards: paused if it is paused on every one
