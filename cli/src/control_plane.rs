@@ -50,6 +50,11 @@ pub struct ControlPlaneArgs {
     #[arg(long, value_enum)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sharding: Option<Sharding>,
+    /// Length in seconds of the windows of due time a new `time_window` cluster is cut into
+    /// (default 60); checked like --shards.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=86_400))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_secs: Option<u32>,
     /// Copies JetStream keeps of every stream and bucket: 1 on one NATS server, 3 on a 3-node
     /// NATS cluster. A new cluster gets this many (default 1); given to a replica of an existing
     /// cluster, its streams and buckets are brought to this count (left alone when not given).
@@ -94,6 +99,7 @@ impl ControlPlaneArgs {
         let mut opts = Options::new(&self.id, token);
         opts.shard_count = self.shards;
         opts.sharding = self.sharding;
+        opts.window_secs = self.window_secs;
         opts.replicas = self.replicas.map(usize::from);
         opts.settings = self.settings;
         opts.plugin_dir = self.plugin_dir.clone();

@@ -50,6 +50,10 @@ pub struct DevArgs {
     /// Sharding mode of a new data directory.
     #[arg(long, value_enum, default_value_t = Sharding::Tenant)]
     pub sharding: Sharding,
+    /// Length in seconds of the windows of due time of a new `time_window` data directory.
+    #[arg(long, default_value_t = chronoshard_wire::rpc::Windows::DEFAULT_WINDOW_SECS,
+        value_parser = clap::value_parser!(u32).range(1..=86_400))]
+    pub window_secs: u32,
     /// Keep the shard databases in this PostgreSQL database (one schema per shard, e.g.
     /// `postgres://user@127.0.0.1:5432/chronoshard`) instead of SQLite files under DATA.
     #[arg(long, env = "CHRONOSHARD_POSTGRES")]
@@ -76,6 +80,7 @@ impl DevArgs {
             token: self.token.clone(),
             shards: self.shards,
             sharding: self.sharding,
+            window_secs: self.window_secs,
             settings: self.settings,
             postgres: self.postgres.clone(),
             plugin_dir: self.plugin_dir.clone(),
@@ -95,6 +100,8 @@ pub struct DevOptions {
     /// Shards of a new data dir; an existing one keeps its count.
     pub shards: u32,
     pub sharding: Sharding,
+    /// Window length of a new `time_window` data dir, in seconds.
+    pub window_secs: u32,
     /// The live settings of a new data dir.
     pub settings: Settings,
     /// Shard databases in this Postgres database (a schema each) instead of SQLite files.
@@ -113,6 +120,7 @@ impl DevOptions {
             token: None,
             shards: 8,
             sharding: Sharding::Tenant,
+            window_secs: chronoshard_wire::rpc::Windows::DEFAULT_WINDOW_SECS,
             settings: Settings::DEFAULT,
             postgres: None,
             plugin_dir: None,
@@ -173,6 +181,7 @@ impl Platform {
         let mut cp_opts = ControlPlaneOptions::new("control-plane", token.clone());
         cp_opts.shard_count = Some(opts.shards).filter(|_| is_new);
         cp_opts.sharding = Some(opts.sharding).filter(|_| is_new);
+        cp_opts.window_secs = Some(opts.window_secs).filter(|_| is_new);
         cp_opts.settings = opts.settings;
         cp_opts.min_nodes = opts.shard_nodes;
         cp_opts.local = local.clone();

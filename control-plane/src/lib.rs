@@ -47,6 +47,9 @@ pub struct Options {
     pub shard_count: Option<u32>,
     /// Sharding mode of a new cluster (None: tenant); given for an existing one, it must match.
     pub sharding: Option<Sharding>,
+    /// Window length of a new `time_window` cluster, in seconds (None: the default); given for
+    /// an existing one, it must match.
+    pub window_secs: Option<u32>,
     /// Stream and bucket replicas (see `Topology`): None leaves existing ones as they are.
     pub replicas: Option<usize>,
     /// The live settings a new cluster starts with.
@@ -71,6 +74,7 @@ impl Options {
             admin_token: admin_token.into(),
             shard_count: None,
             sharding: None,
+            window_secs: None,
             replicas: None,
             settings: Settings::DEFAULT,
             min_nodes: 1,
@@ -253,10 +257,13 @@ impl ControlPlane {
 
 /// The cluster's config: created from the options when there is none, else checked against them.
 async fn join_or_create(cluster: &Cluster, opts: &Options) -> Result<ClusterConfig, Error> {
-    let wanted = ClusterConfig::new(
+    let mut wanted = ClusterConfig::new(
         opts.shard_count.unwrap_or(DEFAULT_SHARDS),
         opts.sharding.unwrap_or_default(),
     );
+    if let (Some(w), Some(secs)) = (wanted.windows.as_mut(), opts.window_secs) {
+        w.window_secs = secs;
+    }
     let config = cluster.init_config(&wanted).await?;
     check(&config, opts)?;
     Ok(config)
@@ -279,6 +286,14 @@ fn check(config: &ClusterConfig, opts: &Options) -> Result<(), Error> {
         return Err(Error::Mismatch {
             setting: "--sharding",
             cluster: config.sharding.to_string(),
+            given: given.to_string(),
+        });
+    }
+    let window = config.windows.as_ref().map(|w| w.window_secs);
+    if let Some(given) = opts.window_secs.filter(|s| window.is_some_and(|w| w != *s)) {
+        return Err(Error::Mismatch {
+            setting: "--window-secs",
+            cluster: window.unwrap_or_default().to_string(),
             given: given.to_string(),
         });
     }

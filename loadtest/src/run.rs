@@ -162,7 +162,7 @@ async fn reach_platform(
         return Ok(Platform::external(url, token, nats, dir));
     }
     if kind == Kind::Grow && s.sharding == Some(Sharding::TimeWindow) {
-        bail!("grow adds shards, which a time_window cluster cannot do yet: use --sharding tenant");
+        bail!("grow measures tenants moving while jobs fire; a time_window cluster moves jobs only from the added layout's first window, a horizon and a window after the add, beyond what this run fires: use --sharding tenant");
     }
     if matches!(s.kill, Some(Kill::Worker | Kill::Both))
         && (s.target != Target::Noop || s.workers == 0)

@@ -419,8 +419,8 @@ fn raw_measures_the_ceiling_on_its_own_nats_server() {
     assert_eq!(cpu, ["chronoshard-loadtest", "nats-server"]);
 }
 
-/// `grow --sharding time_window` is refused before anything starts: such a cluster cannot add
-/// shards yet.
+/// `grow --sharding time_window` is refused before anything starts: such a cluster moves jobs
+/// only from a window after the run's.
 #[test]
 fn grow_on_a_time_window_platform_is_refused_at_once() {
     let out = tempfile::tempdir().unwrap();

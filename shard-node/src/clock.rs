@@ -16,7 +16,7 @@ pub trait Clock: Send + Sync + 'static {
 
     /// How long from now until millisecond `at` begins, to the microsecond (zero once it has).
     fn until(&self, at: i64) -> Duration {
-        let wait_us = at.saturating_mul(1000) - self.now_us();
+        let wait_us = at.saturating_mul(1000).saturating_sub(self.now_us());
         Duration::from_micros(wait_us.max(0) as u64)
     }
 }

@@ -21,6 +21,7 @@ mod fire_ahead;
 mod generated_client;
 mod grow;
 mod grow_dev;
+mod grow_time_window;
 mod horizon;
 mod job_ids;
 mod limits;

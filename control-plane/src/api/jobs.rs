@@ -159,6 +159,11 @@ async fn create_call(
     let tenant = spec.tenant.clone();
     let spreads = state.router.spreads_tenants();
     let movable = spreads && key.is_none();
+    if let Some(k) = key.as_deref().filter(|_| spreads) {
+        if let Some(found) = keyed_elsewhere(state, job_id, &tenant, k).await? {
+            return Ok((job_id, found));
+        }
+    }
     let mut req = ShardRequest::CreateJob {
         job_id,
         spec,
@@ -167,12 +172,12 @@ async fn create_call(
     let mut tried = Vec::new();
     loop {
         let route = match spreads {
-            true => Route::Id(job_id),
+            true => Route::NewJob(job_id),
             false => Route::Tenant(&tenant),
         };
         match state.router.call(route, &req).await {
             Err(CallError::Shard(e)) if e.code == RpcErrorCode::QuotaExceeded && movable => {
-                tried.extend(state.router.shard_for_id(job_id));
+                tried.push(state.router.shard_for_new_job(job_id));
                 match state.router.mint_job_id_avoiding(&tenant, &tried) {
                     Some(id) => job_id = id,
                     None => return Err(CallError::Shard(e).into()),
@@ -184,6 +189,38 @@ async fn create_call(
             reply => return Ok((job_id, reply?)),
         }
     }
+}
+
+/// In a `time_window` cluster that grew, the job created earlier with idempotency key `key` on
+/// another shard its key had (its create went by an older layout, or it moved): a create sent
+/// again answers with it rather than create it twice.
+async fn keyed_elsewhere(
+    state: &AppState,
+    job_id: Uuid,
+    tenant: &str,
+    key: &str,
+) -> Result<Option<ShardReply>, ApiError> {
+    let here = state.router.shard_for_new_job(job_id);
+    let find = ShardRequest::FindKey {
+        tenant: tenant.to_string(),
+        idempotency_key: key.to_string(),
+    };
+    for shard in state.router.placement().shards_for_id(job_id) {
+        if shard == here {
+            continue;
+        }
+        match state.router.call(shard, &find).await {
+            Ok(reply @ ShardReply::Job { .. }) => return Ok(Some(reply)),
+            Err(e) if e.is_not_found() => {}
+            Ok(other) => {
+                return Err(ApiError::Internal(format!(
+                    "unexpected shard reply {other:?}"
+                )))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(None)
 }
 
 /// List jobs, oldest first, cursor-paginated.
@@ -383,18 +420,20 @@ pub async fn list_runs(
     Params(q): Params<RunsQuery>,
 ) -> Result<Json<RunPage>, ApiError> {
     let limit = limit(q.limit)?;
-    match job_call(
-        &state,
-        &caller,
-        id,
-        ShardRequest::ListRuns {
-            job_id: id,
-            before: q.before,
-            limit,
-        },
-    )
-    .await?
-    {
+    let req = ShardRequest::ListRuns {
+        job_id: id,
+        before: q.before,
+        limit,
+    };
+    let shards = state.router.placement().shards_for_id(id);
+    let reply = match shards.len() {
+        1 => job_call(&state, &caller, id, req).await?,
+        _ => {
+            job_call(&state, &caller, id, ShardRequest::GetJob { job_id: id }).await?;
+            runs_of_moved_job(&state, &shards, &req, limit).await?
+        }
+    };
+    match reply {
         ShardReply::Runs { runs } => {
             let past = runs
                 .iter()
@@ -409,6 +448,44 @@ pub async fn list_runs(
             "unexpected shard reply {other:?}"
         ))),
     }
+}
+
+/// The runs of a job of a `time_window` cluster that grew, from every shard it may have run on
+/// (its history stays where it ran), newest first: the page the shards' pages make together.
+async fn runs_of_moved_job(
+    state: &AppState,
+    shards: &[u32],
+    req: &ShardRequest,
+    limit: u32,
+) -> Result<ShardReply, ApiError> {
+    let mut runs = Vec::new();
+    let mut found = false;
+    for &shard in shards {
+        match state.router.call(shard, req).await {
+            Ok(ShardReply::Runs { runs: r }) => {
+                found = true;
+                runs.extend(r);
+            }
+            Err(e) if e.is_not_found() => {}
+            Ok(other) => {
+                return Err(ApiError::Internal(format!(
+                    "unexpected shard reply {other:?}"
+                )))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if !found {
+        return Err(ApiError::NotFound("job"));
+    }
+    let scheduled =
+        |r: &chronoshard_wire::RunView| r.status == chronoshard_wire::RunStatus::Scheduled;
+    // The next occurrence first, then the past newest first; `limit` past runs at most.
+    runs.sort_by_key(|r| (!scheduled(r), std::cmp::Reverse(r.scheduled_at)));
+    let next = runs.iter().take_while(|r| scheduled(r)).count().min(1);
+    runs.drain(next..runs.iter().take_while(|r| scheduled(r)).count());
+    runs.truncate(next + limit as usize);
+    Ok(ShardReply::Runs { runs })
 }
 
 /// One ticket with its attempts and trace id.

@@ -68,7 +68,8 @@ pub async fn add_shards(
             .await
             .map_err(unavailable)?
             .ok_or_else(|| ApiError::Unavailable("the cluster config is not written yet".into()))?;
-        let next = plan::begin(&current, body.add, chrono::Utc::now())?;
+        let horizon = state.settings.borrow().settings.horizon.0;
+        let next = plan::begin(&current, body.add, chrono::Utc::now(), horizon)?;
         match state.cluster.put_config(&next, revision).await {
             Ok(_) => {
                 tracing::info!(
@@ -89,9 +90,7 @@ impl From<GrowError> for ApiError {
     fn from(e: GrowError) -> ApiError {
         match e {
             GrowError::Count { .. } => ApiError::field("add", e.to_string()),
-            GrowError::Busy { .. } | GrowError::IndexedIds | GrowError::TimeWindow => {
-                ApiError::Conflict(e.to_string())
-            }
+            GrowError::Busy { .. } | GrowError::IndexedIds => ApiError::Conflict(e.to_string()),
         }
     }
 }

@@ -12,6 +12,12 @@
 //! databases. Once an old shard's tenants have moved, every key that leaves it (also keys no
 //! tenant uses yet) is frozen, what was created meanwhile moved, and the shard is sealed.
 //!
+//! A `time_window` cluster moves nothing here: the growth's config adds a layout for later
+//! windows, and each shard hands a job to its new shard when the job's next occurrence reaches
+//! that layout. The leader only readies the added shards: it waits for their owners and gives
+//! them the tenants paused on the old shards (every shard records a tenant's pause), then ends
+//! the growth.
+//!
 //! Owns the order of the steps; it must not touch shard databases except through shard
 //! requests, nor write the shard map (the assigner's).
 
@@ -102,6 +108,10 @@ impl Grower {
             let Some(g) = &config.growth else {
                 return Ok(());
             };
+            if config.windows.is_some() {
+                self.ready_added(g.from, config.shard_count).await?;
+                return self.step(Step::Laid).await;
+            }
             metrics::GROWTH_SHARDS_PENDING_GAUGE.set(i64::from(g.from) - g.sealed.len() as i64);
             let Some(source) = (0..g.from).find(|s| !g.sealed.contains(s)) else {
                 return Ok(());
@@ -111,6 +121,36 @@ impl Grower {
             }
             self.seal(source).await?;
         }
+    }
+
+    /// Waits for owners of the shards `from..to` added to a `time_window` cluster and pauses on
+    /// them every tenant paused on an older shard.
+    async fn ready_added(&self, from: u32, to: u32) -> Result<(), MoveError> {
+        for added in from..to {
+            self.ask(added, &ShardRequest::Ping).await?;
+        }
+        let mut paused = std::collections::BTreeSet::new();
+        for old in 0..from {
+            match self.ask(old, &ShardRequest::ListPaused).await? {
+                ShardReply::Paused { tenants } => paused.extend(tenants),
+                other => return Err(unexpected(old, other)),
+            }
+        }
+        for added in from..to {
+            for tenant in &paused {
+                let pause = ShardRequest::PauseTenant {
+                    tenant: tenant.clone(),
+                };
+                self.ask(added, &pause).await?;
+            }
+        }
+        info!(
+            from,
+            to,
+            paused = paused.len(),
+            "added shards ready; jobs move to them at the new layout's first window"
+        );
+        Ok(())
     }
 
     /// Moves every tenant leaving `source`, then freezes its other leaving keys, moves what

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use chronoshard_wire::{
     growth::{Growth, MovePhase, TenantMove, RECENT_MOVES},
     ids,
-    rpc::{ClusterConfig, JobIds, KeyTarget, Sharding, TenantJobs},
+    rpc::{ClusterConfig, JobIds, KeyTarget, Layout, TenantJobs},
 };
 
 /// The most shards a cluster may have.
@@ -22,15 +22,17 @@ pub enum GrowError {
     Busy { from: u32, to: u32 },
     #[error("this cluster was created before job ids carried their tenant's routing key; its tenants cannot move")]
     IndexedIds,
-    #[error("time_window sharding does not add shards online in this version")]
-    TimeWindow,
 }
 
-/// The config with `add` shards more, their tenants still on the old shards.
+/// The config with `add` shards more. In a `tenant` cluster the tenants are still on the old
+/// shards. In a `time_window` cluster a layout over all the shards is added from the first window
+/// that starts after `horizon` and one more window from `now`: no shard has loaded an occurrence
+/// of it yet, and every shard has a window's time to read the new config first.
 pub fn begin(
     config: &ClusterConfig,
     add: u32,
     now: DateTime<Utc>,
+    horizon: std::time::Duration,
 ) -> Result<ClusterConfig, GrowError> {
     let has = config.shard_count;
     if add == 0 || has + add > MAX_SHARDS {
@@ -45,10 +47,15 @@ pub fn begin(
     if config.job_ids == JobIds::Indexed {
         return Err(GrowError::IndexedIds);
     }
-    if config.sharding == Sharding::TimeWindow {
-        return Err(GrowError::TimeWindow);
-    }
     let mut next = config.clone();
+    if let Some(w) = next.windows.as_mut() {
+        let window_ms = i64::from(w.window_secs.max(1)) * 1_000;
+        let clear = now.timestamp_millis() + horizon.as_millis() as i64 + window_ms;
+        w.layouts.push(Layout {
+            from_window: clear.div_euclid(window_ms) + 1,
+            shards: has + add,
+        });
+    }
     next.version += 1;
     next.created_with = Some(config.initial_shard_count());
     next.shard_count = has + add;
@@ -99,6 +106,9 @@ pub enum Step {
     Done { now: DateTime<Utc> },
     /// Every leaving key of an old shard lives on its new shard.
     Seal { source: u32, keys: Vec<u16> },
+    /// A `time_window` cluster's added shards hold what they need (its tenants' pauses): the
+    /// growth is over; jobs change shard at the new layout's edge.
+    Laid,
 }
 
 /// The config after `step`; None when no growth is under way (nothing to change).
@@ -126,6 +136,7 @@ pub fn apply(config: &ClusterConfig, step: Step) -> Option<ClusterConfig> {
                 g.recent.drain(..over);
             }
         }
+        Step::Laid => next.growth = None,
         Step::Seal { source, keys } => {
             if !g.sealed.contains(&source) {
                 g.sealed.push(source);
@@ -148,8 +159,50 @@ mod tests {
     use super::*;
     use crate::routing::Placement;
 
+    use chronoshard_wire::rpc::Sharding;
+
     fn config(shards: u32) -> ClusterConfig {
         ClusterConfig::new(shards, Sharding::Tenant)
+    }
+
+    fn begin(c: &ClusterConfig, add: u32, now: DateTime<Utc>) -> Result<ClusterConfig, GrowError> {
+        super::begin(c, add, now, std::time::Duration::from_secs(5))
+    }
+
+    /// A `time_window` cluster grows by a layout for windows that start after the horizon and
+    /// one more window, and keeps the layouts before it.
+    #[test]
+    fn a_time_window_cluster_grows_by_a_later_layout() {
+        let now = DateTime::from_timestamp_millis(600_000 + 59_000).unwrap();
+        let c = ClusterConfig::new(4, Sharding::TimeWindow);
+        let next = super::begin(&c, 4, now, std::time::Duration::from_secs(30)).unwrap();
+        let w = next.windows.as_ref().unwrap();
+        // 659 s + 30 s + 60 s = 749 s, in window 12; the layout starts with window 13 (780 s)
+        assert_eq!(
+            w.layouts,
+            vec![
+                Layout {
+                    from_window: 0,
+                    shards: 4
+                },
+                Layout {
+                    from_window: 13,
+                    shards: 8
+                }
+            ]
+        );
+        assert_eq!(
+            (next.shard_count, next.growth.as_ref().map(|g| g.from)),
+            (8, Some(4))
+        );
+        assert_eq!(
+            begin(&next, 1, now),
+            Err(GrowError::Busy { from: 4, to: 8 })
+        );
+        let laid = apply(&next, Step::Laid).unwrap();
+        assert!(laid.growth.is_none());
+        assert_eq!(laid.windows, next.windows);
+        assert_eq!(laid.version, next.version + 1);
     }
 
     #[test]

@@ -70,6 +70,8 @@ pub enum Route<'a> {
     Tenant(&'a str),
     /// A job or ticket id (in a cluster whose ids carry their routing key).
     Id(Uuid),
+    /// A job being created, by its new id.
+    NewJob(Uuid),
 }
 
 impl From<u32> for Route<'_> {
@@ -132,7 +134,7 @@ impl Router {
 
     /// A new job id on a shard not in `tried` (`Placement::mint_job_id_avoiding`).
     pub fn mint_job_id_avoiding(&self, tenant: &str, tried: &[u32]) -> Option<Uuid> {
-        self.placement.borrow().mint_job_id_avoiding(tenant, tried)
+        (self.placement.borrow()).mint_job_id_avoiding(tenant, tried, now_ms())
     }
 
     /// A new job id (`Placement::mint_job_id`).
@@ -144,18 +146,23 @@ impl Router {
         self.placement.borrow().shard_for_id(id)
     }
 
-    /// Whether `shard` holds the job or ticket `id` now (always true in a cluster whose ids
-    /// carry no routing key): during a move both shards may hold a copy, and only this one's
-    /// is the tenant's.
+    /// Whether `shard` holds the job or ticket `id` now (`Placement::holds`).
     pub fn holds(&self, shard: u32, id: Uuid) -> bool {
-        self.shard_for_id(id).is_none_or(|s| s == shard)
+        self.placement.borrow().holds(shard, id)
     }
 
-    fn resolve(&self, route: Route<'_>) -> u32 {
+    /// The shard a create of job `id` goes to now (`Placement::shard_for_new_job`).
+    pub fn shard_for_new_job(&self, id: Uuid) -> u32 {
+        self.placement.borrow().shard_for_new_job(id, now_ms())
+    }
+
+    /// The shards to ask, in order: the first that does not answer "not found" answers.
+    fn resolve(&self, route: Route<'_>) -> Vec<u32> {
         match route {
-            Route::Shard(s) => s,
-            Route::Tenant(t) => self.shard_for_tenant(t),
-            Route::Id(id) => self.shard_for_id(id).unwrap_or(0),
+            Route::Shard(s) => vec![s],
+            Route::Tenant(t) => vec![self.shard_for_tenant(t)],
+            Route::Id(id) => self.placement.borrow().shards_for_id(id),
+            Route::NewJob(id) => vec![self.shard_for_new_job(id)],
         }
     }
 
@@ -173,8 +180,9 @@ impl Router {
         let deadline = tokio::time::Instant::now() + CALL_DEADLINE;
         let mut backoff = Duration::from_millis(20);
         loop {
-            let shard = self.resolve(route);
-            let why = match self.attempt(shard, req).await {
+            let shards = self.resolve(route);
+            let (shard, attempt) = self.attempt_each(&shards, req).await;
+            let why = match attempt {
                 // Nothing was applied: the shard refuses every request about a moving tenant.
                 Attempt::Reply(Err(CallError::Shard(e))) if e.code == RpcErrorCode::Moving => {
                     e.message
@@ -198,6 +206,21 @@ impl Router {
             let _ = tokio::time::timeout(backoff, placement.changed()).await;
             tracing::debug!(shard, %why, "retrying shard call");
             backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    /// Asks `shards` in turn until one answers other than "not found"; returns the last asked
+    /// and its answer.
+    async fn attempt_each(&self, shards: &[u32], req: &ShardRequest) -> (u32, Attempt) {
+        let mut asked = 0;
+        loop {
+            let shard = shards[asked];
+            let attempt = self.attempt(shard, req).await;
+            asked += 1;
+            match attempt {
+                Attempt::Reply(Err(e)) if e.is_not_found() && asked < shards.len() => {}
+                other => return (shard, other),
+            }
         }
     }
 
@@ -246,6 +269,10 @@ impl Router {
     pub async fn call_all(&self, req: &ShardRequest) -> Vec<Result<ShardReply, CallError>> {
         futures::future::join_all((0..self.shard_count()).map(|s| self.call(s, req))).await
     }
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
 }
 
 /// A channel holding the placement of the config's latest value.

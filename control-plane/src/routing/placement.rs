@@ -98,15 +98,42 @@ impl Placement {
         }
     }
 
-    /// A new job id for `tenant` whose key places it on none of the shards `tried`, or None
-    /// when every shard was tried: a create of a `time_window` cluster refused for its tenant's
-    /// quota part goes to another shard with it. The first such key from a random one on.
-    pub fn mint_job_id_avoiding(&self, tenant: &str, tried: &[u32]) -> Option<Uuid> {
+    /// A new job id for `tenant` whose create at `now_ms` goes to none of the shards `tried`,
+    /// or None when every shard was tried: a create of a `time_window` cluster refused for its
+    /// tenant's quota part goes to another shard with it. The first such key from a random one
+    /// on.
+    pub fn mint_job_id_avoiding(&self, tenant: &str, tried: &[u32], now_ms: i64) -> Option<Uuid> {
         let start = ids::job_key(tenant, None);
         (0..=u16::MAX)
-            .map(|i| start.wrapping_add(i))
-            .find(|k| !tried.contains(&self.shard_for_key(*k)))
-            .map(ids::mint)
+            .map(|i| ids::mint(start.wrapping_add(i)))
+            .find(|id| !tried.contains(&self.shard_for_new_job(*id, now_ms)))
+    }
+
+    /// The shard a create of job `id` at `now_ms` goes to: in a `time_window` cluster the one
+    /// the layout of the current window gives the job's key (a layout added by a growth takes
+    /// creates from its first window on, as it takes the jobs already there), else the shard
+    /// of the id.
+    pub fn shard_for_new_job(&self, id: Uuid, now_ms: i64) -> u32 {
+        match &self.windows {
+            Some(w) => w.shard_of(ids::routing_key(id), now_ms),
+            None => self.shard_for_id(id).unwrap_or(0),
+        }
+    }
+
+    /// The shards that may hold job or ticket `id`, in the order to ask them: its shard, or in
+    /// a `time_window` cluster that grew every shard its key has in some layout, oldest layout
+    /// first. A job moves from an older layout's shard to a newer one's and the older one
+    /// answers `Moving` until the newer holds it, so asking in this order never misses a job
+    /// on its way.
+    pub fn shards_for_id(&self, id: Uuid) -> Vec<u32> {
+        match &self.windows {
+            Some(w) => {
+                let mut shards = w.candidates(ids::routing_key(id));
+                shards.reverse();
+                shards
+            }
+            None => vec![self.shard_for_id(id).unwrap_or(0)],
+        }
     }
 
     pub fn shard_count(&self) -> u32 {
@@ -121,7 +148,7 @@ impl Placement {
     /// tenant of it ever lived on its old one), else its old shard.
     pub fn shard_for_key(&self, key: u16) -> u32 {
         if let Some(w) = &self.windows {
-            // Only the newest layout exists until a time_window cluster can grow.
+            // Where a job of this key ends up (`shards_for_id` lists every shard it may be on).
             return w.newest_shard(key);
         }
         let new = self.ring.shard_of(key);
@@ -153,6 +180,14 @@ impl Placement {
             JobIds::Indexed => None,
             JobIds::TenantKey => Some(self.shard_for_key(ids::routing_key(id))),
         }
+    }
+
+    /// Whether `shard` holds the job or ticket `id` now (always true in a cluster whose ids
+    /// carry no routing key, and in a `time_window` cluster, where a job is in one shard's
+    /// table at a time): during a tenant move both shards may hold a copy, and only this one's
+    /// is the tenant's.
+    pub fn holds(&self, shard: u32, id: Uuid) -> bool {
+        self.windows.is_some() || self.shard_for_id(id).is_none_or(|s| s == shard)
     }
 
     /// Every routing key that leaves `source` in the growth under way, with the shard it goes
@@ -240,13 +275,52 @@ mod tests {
         assert_eq!(p.shard_for_id(ticket), p.shard_for_id(job));
         // A create refused on some shards finds each of the others, then none.
         let mut tried = vec![2, 5];
-        while let Some(id) = p.mint_job_id_avoiding("acme", &tried) {
-            let shard = p.shard_for_id(id).unwrap();
+        while let Some(id) = p.mint_job_id_avoiding("acme", &tried, 0) {
+            let shard = p.shard_for_new_job(id, 0);
             assert!(!tried.contains(&shard), "{shard} again");
             tried.push(shard);
         }
         tried.sort();
         assert_eq!(tried, (0..8).collect::<Vec<u32>>());
+    }
+
+    /// After a growth of a `time_window` cluster, creates go by the layout of the present
+    /// window, and a job is looked for on every shard its key had, oldest layout first.
+    #[test]
+    fn a_grown_time_window_cluster_creates_by_the_present_layout_and_looks_everywhere() {
+        use chronoshard_wire::rpc::{Layout, Sharding};
+        let mut c = ClusterConfig::new(4, Sharding::TimeWindow);
+        c.shard_count = 8;
+        (c.windows.as_mut().unwrap().layouts).push(Layout {
+            from_window: 100,
+            shards: 8,
+        });
+        let p = Placement::of(&c);
+        let (before, after) = (99 * 60_000, 100 * 60_000);
+        let (old, new) = (
+            Placement::new(4, JobIds::TenantKey),
+            Placement::new(8, JobIds::TenantKey),
+        );
+        let mut moving = 0;
+        for _ in 0..500 {
+            let id = p.mint_job_id("acme", None);
+            let key = ids::routing_key(id);
+            assert_eq!(p.shard_for_new_job(id, before), old.shard_for_key(key));
+            assert_eq!(p.shard_for_new_job(id, after), new.shard_for_key(key));
+            let shards = p.shards_for_id(id);
+            if old.shard_for_key(key) == new.shard_for_key(key) {
+                assert_eq!(shards, vec![old.shard_for_key(key)]);
+            } else {
+                moving += 1;
+                assert_eq!(shards, vec![old.shard_for_key(key), new.shard_for_key(key)]);
+            }
+            // lists need no filter: a job is in one shard's table at a time
+            assert!(p.holds(0, id));
+        }
+        assert!(
+            (150..350).contains(&moving),
+            "about half the keys move: {moving}"
+        );
     }
 
     proptest! {

@@ -40,16 +40,28 @@ impl WindowPlacement {
         window.saturating_mul(self.window_ms)
     }
 
-    /// The ring laying out `window`: the newest layout starting at or before it (the oldest for
-    /// a window before every layout).
-    fn ring_for(&self, window: i64) -> &Ring {
+    /// The layout of `window`: the newest starting at or before it (the oldest for a window
+    /// before every layout).
+    fn layout_for(&self, window: i64) -> &(i64, Ring) {
         let newer = self.layouts.partition_point(|(from, _)| *from <= window);
-        &self.layouts[newer.saturating_sub(1)].1
+        &self.layouts[newer.saturating_sub(1)]
     }
 
     /// The shard an occurrence due at `at_ms` of the job with routing key `key` belongs to.
     pub fn shard_of(&self, key: u16, at_ms: i64) -> u32 {
-        self.ring_for(self.window_of(at_ms)).shard_of(key)
+        self.place(key, at_ms).0
+    }
+
+    /// The shard an occurrence due at `at_ms` of the job with routing key `key` belongs to, and
+    /// the first window of the layout that places it there.
+    pub fn place(&self, key: u16, at_ms: i64) -> (u32, i64) {
+        let (from, ring) = self.layout_for(self.window_of(at_ms));
+        (ring.shard_of(key), *from)
+    }
+
+    /// The first window of the newest layout.
+    pub fn newest_layout(&self) -> i64 {
+        self.layouts.last().map_or(0, |(from, _)| *from)
     }
 
     /// The shard the newest layout gives a job with routing key `key`.

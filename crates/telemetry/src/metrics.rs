@@ -47,6 +47,7 @@ pub const DB_SECONDS: &str = "chronoshard_db_seconds";
 pub const DB_CONNECTIONS: &str = "chronoshard_db_connections";
 pub const NODE_HEARTBEAT_AGE: &str = "chronoshard_node_heartbeat_age_seconds";
 pub const TENANT_MOVES: &str = "chronoshard_tenant_moves_total";
+pub const JOB_HANDOFFS: &str = "chronoshard_job_handoffs_total";
 pub const TENANT_MOVE_SECONDS: &str = "chronoshard_tenant_move_seconds";
 pub const GROWTH_SHARDS_PENDING: &str = "chronoshard_growth_shards_pending";
 
@@ -348,6 +349,17 @@ pub static TENANT_MOVES_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
         TENANT_MOVES,
         "tenant moves to added shards, by outcome",
         &["result"]
+    )
+    .expect("metric")
+});
+/// Jobs handed from one shard to another in a `time_window` cluster that grew, by shard and
+/// step: `left` (taken off the source), `resent` (sent again after a failed or unconfirmed
+/// send), `confirmed` (the target holds it), `arrived` (taken in by the target).
+pub static JOB_HANDOFFS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        JOB_HANDOFFS,
+        "jobs handed between shards at a layout's edge, by shard and step",
+        &["shard", "step"]
     )
     .expect("metric")
 });

@@ -107,6 +107,22 @@ pub enum ShardRequest {
         moves: Vec<KeyTarget>,
         tenants: Vec<String>,
     },
+    /// `time_window` growth, sent by the shard a job leaves: take these jobs (their rows, and
+    /// their tenant's pause), placed here by the layout starting at window `layout`, and fire
+    /// them. Sent until answered; a copy sent again changes nothing.
+    ImportJobs {
+        layout: i64,
+        pages: Vec<MovePage>,
+    },
+    /// The job a tenant created with this idempotency key, if this shard holds it (`Job`), or
+    /// `Moving` while it is on its way to another shard.
+    FindKey {
+        tenant: String,
+        idempotency_key: String,
+    },
+    /// The tenants paused on this shard (what a shard added to a `time_window` cluster is
+    /// given).
+    ListPaused,
 }
 
 /// A routing key leaving a shard, and the shard it goes to.
@@ -138,6 +154,8 @@ impl ShardRequest {
                 | ShardRequest::Ping
                 | ShardRequest::ListTenants
                 | ShardRequest::ExportTenants { .. }
+                | ShardRequest::FindKey { .. }
+                | ShardRequest::ListPaused
         )
     }
 
@@ -154,6 +172,7 @@ impl ShardRequest {
                     | ShardRequest::StageImport { .. }
                     | ShardRequest::CommitImport { .. }
                     | ShardRequest::ReleaseKeys { .. }
+                    | ShardRequest::ImportJobs { .. }
             )
     }
 
@@ -222,6 +241,10 @@ pub enum ShardReply {
     },
     Tenants {
         tenants: Vec<TenantJobs>,
+    },
+    /// The tenants paused on the shard.
+    Paused {
+        tenants: Vec<String>,
     },
     Exported {
         pages: Vec<MovePage>,

@@ -2,7 +2,8 @@
 //! next occurrence, the retry timers and the watchdog's checks; the occurrences taken from the
 //! wheel and not fired yet (a storm is fired a few batches per turn of the loop); the tickets
 //! fired ahead of their time until they are due; the paused tenants; and where the last load from
-//! the database stopped.
+//! the database stopped; and, in a `time_window` cluster that grew, the jobs whose next occurrence
+//! a newer layout places on another shard, which leave instead of being tracked.
 //!
 //! Pure: no store, no NATS, no clock (callers pass `now` and the fire lead). The event loop owns
 //! the one instance and lends it to firing (`fire.rs`), writes (`writes.rs`) and tenant moves
@@ -10,12 +11,13 @@
 
 use std::collections::{HashMap, HashSet};
 
+use chronoshard_placement::WindowPlacement;
 use uuid::Uuid;
 
 use super::{
     fair::FairQueue,
     machine,
-    store::{JobRow, WalStamp},
+    store::{JobRow, Leave, WalStamp},
     timers::{Due, Timer, Timers},
 };
 
@@ -33,7 +35,16 @@ pub(super) struct Agenda {
     /// At the last load that asked the database: the WAL's stamp before it, and the earliest
     /// occurrence beyond what it loaded.
     last_load: (Option<WalStamp>, Option<i64>),
+    /// A `time_window` cluster's layouts and this shard's number.
+    placement: Option<(WindowPlacement, u32)>,
+    /// Jobs whose next occurrence the placement puts on another shard, to hand off.
+    leaving: HashMap<Uuid, Leave>,
+    /// When `leaving` is handed off next (`i64::MIN`: at once).
+    hand_off_at: i64,
 }
+
+/// How soon jobs that could not leave yet (a run in progress) are asked again.
+const HAND_OFF_RETRY_MS: i64 = 100;
 
 /// A job's tickets fired ahead of their time: (ticket id, due time).
 struct Staged {
@@ -49,20 +60,82 @@ impl Agenda {
             staged: HashMap::new(),
             paused: HashSet::new(),
             last_load: (None, None),
+            placement: None,
+            leaving: HashMap::new(),
+            hand_off_at: i64::MAX,
         }
     }
 
+    /// Follows the cluster's layouts (`None` outside a `time_window` cluster). Jobs tracked
+    /// already stay: a layout is added for windows beyond what a shard has loaded.
+    pub fn place_by(&mut self, placement: Option<WindowPlacement>, shard: u32) {
+        self.placement = placement.map(|p| (p, shard));
+    }
+
     /// Puts a job's next occurrence in the wheel if it falls within what is loaded, `lead` ms
-    /// before it is due (firing puts it back at its due time if it may not fire early).
+    /// before it is due (firing puts it back at its due time if it may not fire early); or,
+    /// when the placement puts that occurrence on another shard, marks the job to leave.
     pub fn track(&mut self, due: Due, lead: i64) {
+        if let Some((placement, me)) = &self.placement {
+            let key = chronoshard_wire::ids::routing_key(due.job);
+            let (target, layout) = placement.place(key, due.at);
+            if target != *me {
+                self.timers.untrack(due.job);
+                let job = due.job;
+                self.leaving.insert(
+                    job,
+                    Leave {
+                        job,
+                        target,
+                        layout,
+                    },
+                );
+                self.hand_off_at = i64::MIN;
+                return;
+            }
+            self.leaving.remove(&due.job);
+        }
         self.timers.track(due, lead);
+    }
+
+    /// Whether jobs wait to leave and it is time to ask for them.
+    pub fn hand_off_due(&self, now: i64) -> bool {
+        !self.leaving.is_empty() && now >= self.hand_off_at
+    }
+
+    /// When `hand_off_due` turns true next, if jobs wait to leave.
+    pub fn next_hand_off(&self) -> Option<i64> {
+        (!self.leaving.is_empty()).then_some(self.hand_off_at)
+    }
+
+    /// The jobs waiting to leave.
+    pub fn leaving(&self) -> Vec<Leave> {
+        self.leaving.values().copied().collect()
+    }
+
+    /// Forgets the jobs that left; those still here are asked again a little later.
+    pub fn handed_off(&mut self, jobs: impl IntoIterator<Item = Uuid>, now: i64) {
+        for job in jobs {
+            self.leaving.remove(&job);
+        }
+        self.hand_off_at = now + HAND_OFF_RETRY_MS;
+    }
+
+    /// Results were applied: a job that waited for its run to end may leave now.
+    pub fn runs_ended(&mut self) {
+        if !self.leaving.is_empty() {
+            self.hand_off_at = i64::MIN;
+        }
     }
 
     /// Makes the wheel hold what the state machine says of a job.
     pub fn follow(&mut self, job: &JobRow, wheel: machine::Wheel, lead: i64) {
         match wheel {
             machine::Wheel::Track(at) => self.track(Due::of(job, at), lead),
-            machine::Wheel::Untrack => self.timers.untrack(job.id),
+            machine::Wheel::Untrack => {
+                self.leaving.remove(&job.id);
+                self.timers.untrack(job.id)
+            }
         }
     }
 

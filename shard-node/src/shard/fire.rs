@@ -54,6 +54,8 @@ pub(super) struct Firer {
     /// The loop's own queue, for answers of tasks it starts (probes); weak, so it never keeps
     /// the loop alive.
     pub loop_tx: tokio::sync::mpsc::WeakSender<Command>,
+    /// Jobs that left this shard, for the sender to deliver (`handoffs.rs`).
+    pub handoffs: super::handoffs::Outbox,
 }
 
 impl Firer {

@@ -17,6 +17,7 @@ mod cancel;
 mod dispatcher;
 pub mod fair;
 mod fire;
+mod handoffs;
 mod limits;
 pub mod machine;
 mod moves;
@@ -52,6 +53,7 @@ use tracing::{info, warn, Instrument};
 
 use crate::clock::SharedClock;
 use agenda::Agenda;
+use chronoshard_placement::WindowPlacement;
 use fire::Firer;
 use store::{Applied, Store, StoreError};
 use timers::Timers;
@@ -203,6 +205,7 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
     let sweep = sweep::start(store.clone(), ctx.clone(), dispatcher.bell(), stop.clone());
     let served = served::Served::new(ctx.live_queues.clone(), ctx.cluster.clone());
     let upkeep = upkeep::start(store.clone(), served.clone(), stop.clone());
+    let (handoffs, handing) = handoffs::start(store.clone(), ctx.clone(), stop.clone());
     let (cmd_tx, cmd_rx) = mpsc::channel(1024);
     let loop_tx = cmd_tx.downgrade();
     let results = results::start(
@@ -234,6 +237,7 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
             ctx: ctx.clone(),
             metrics,
             loop_tx,
+            handoffs,
         },
         quota: writes::Quota::default(),
         leaving,
@@ -243,7 +247,7 @@ async fn run_inner(ctx: ShardContext, cancel: CancellationToken) -> Result<(), S
         Err(e) => Err(e),
     };
     stop.cancel();
-    let _ = tokio::join!(results, rpc, sweep, upkeep);
+    let _ = tokio::join!(results, rpc, sweep, upkeep, handing);
     shard.fire.dispatcher.closed().await;
     store.close().await;
     shard.agenda.timers.closed();
@@ -305,8 +309,14 @@ impl Shard {
     ) -> Result<(), ShardError> {
         let clock = self.fire.ctx.clock.clone();
         let mut next_load = clock.now_ms();
+        let mut config = self.fire.ctx.cluster_config.clone();
+        self.place_by(&config.borrow_and_update());
         loop {
             let now = clock.now_ms();
+            if self.agenda.hand_off_due(now) {
+                let handed = self.fire.hand_off(&mut self.agenda, now).await;
+                unless_fenced(handed, "handing jobs to another shard failed; retrying")?;
+            }
             if now >= next_load {
                 // The watermark did not move on a failure: the next pass loads the same window.
                 let loaded = self.fire.load(&mut self.agenda, now).await;
@@ -318,7 +328,8 @@ impl Shard {
                 .await?;
             let wake = (self.agenda.timers.next_deadline())
                 .unwrap_or(i64::MAX)
-                .min(next_load);
+                .min(next_load)
+                .min(self.agenda.next_hand_off().unwrap_or(i64::MAX));
             // With a backlog, go round at once (after a waiting command, if any). Otherwise
             // to the microsecond: the part of the current millisecond already gone counts.
             let sleep = if self.agenda.has_backlog() {
@@ -333,9 +344,16 @@ impl Shard {
                     Some(cmd) => self.on_command(cmd, &mut commands).await?,
                     None => return Ok(()),
                 },
+                Ok(()) = config.changed() => self.place_by(&config.borrow_and_update()),
                 _ = crate::alarm::sleep(sleep) => {}
             }
         }
+    }
+
+    /// Follows the cluster config's layouts (a `time_window` cluster's).
+    fn place_by(&mut self, config: &chronoshard_wire::rpc::ClusterConfig) {
+        let placement = config.windows.as_ref().map(WindowPlacement::new);
+        self.agenda.place_by(placement, self.fire.ctx.shard);
     }
 
     /// Applies a command. A create takes every create queued right behind it along (up to
@@ -378,6 +396,7 @@ impl Shard {
                 Command::Applied(applied) => {
                     let now = self.fire.ctx.clock.now_ms();
                     let followed = self.fire.follow(&mut self.agenda, applied, now).await;
+                    self.agenda.runs_ended();
                     // What was not armed is found again: due retries by the outbox scan,
                     // buffered occurrences by the next run end or reopening.
                     unless_fenced(followed, "following applied results failed")?;
@@ -438,6 +457,9 @@ impl Shard {
         if moves::is_move(&req) {
             let leaving = self.leaving.clone();
             return leaving.apply(&self.fire, &mut self.agenda, req).await;
+        }
+        if let ShardRequest::ImportJobs { layout, pages } = req {
+            return self.fire.import(&mut self.agenda, layout, pages).await;
         }
         self.writes().handle(req).await
     }

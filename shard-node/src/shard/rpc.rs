@@ -160,7 +160,23 @@ async fn serve(req: ShardRequest, server: &Server) -> ShardReply {
                     job: view(&row, ctx.shard),
                     created: false,
                 },
+                None => missing_job(store, job_id).await?,
+            },
+            ShardRequest::FindKey {
+                ref tenant,
+                ref idempotency_key,
+            } => match store.job_by_key(tenant, idempotency_key).await? {
+                Some(row) => ShardReply::Job {
+                    job: view(&row, ctx.shard),
+                    created: false,
+                },
+                None if store.handing_off_key(tenant, idempotency_key).await? => ShardReply::Error(
+                    RpcError::new(RpcErrorCode::Moving, "the job is moving to another shard"),
+                ),
                 None => not_found("job"),
+            },
+            ShardRequest::ListPaused => ShardReply::Paused {
+                tenants: store.paused_tenants().await?,
             },
             ShardRequest::ListJobs {
                 ref tenant,
@@ -179,12 +195,12 @@ async fn serve(req: ShardRequest, server: &Server) -> ShardReply {
                 before,
                 limit,
             } => {
-                let Some(job) = store.get_job(job_id).await? else {
-                    return Ok(not_found("job"));
-                };
+                // A job that moved to another shard left its past runs here.
+                let job = store.get_job(job_id).await?;
                 let mut runs = Vec::new();
                 // The next occurrence is shown as `scheduled` on the first page.
-                if let (None, Some(next), JobState::Active) = (before, job.next_fire_at, job.state)
+                if let Some((None, Some(next), JobState::Active, job)) =
+                    (job.as_ref()).map(|j| (before, j.next_fire_at, j.state, j))
                 {
                     runs.push(RunView {
                         job_id,
@@ -204,6 +220,12 @@ async fn serve(req: ShardRequest, server: &Server) -> ShardReply {
                         .runs(job_id, before.map(|b| b.timestamp_millis()), limit)
                         .await?,
                 );
+                let Some(job) = job else {
+                    return Ok(match runs.is_empty() {
+                        true => missing_job(store, job_id).await?,
+                        false => ShardReply::Runs { runs },
+                    });
+                };
                 let waiting = [
                     RunStatus::Scheduled,
                     RunStatus::Dispatched,
@@ -263,6 +285,18 @@ async fn serve(req: ShardRequest, server: &Server) -> ShardReply {
         }
     }
     reply
+}
+
+/// The answer about a job this shard does not hold: `Moving` while it is on its way to another
+/// shard (the caller asks again and finds it there), else not found.
+pub(super) async fn missing_job(store: &Store, id: uuid::Uuid) -> Result<ShardReply, StoreError> {
+    Ok(match store.handing_off(id).await? {
+        true => ShardReply::Error(RpcError::new(
+            RpcErrorCode::Moving,
+            "the job is moving to another shard",
+        )),
+        false => not_found("job"),
+    })
 }
 
 pub(super) fn not_found(what: &str) -> ShardReply {

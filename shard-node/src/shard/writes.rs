@@ -22,7 +22,7 @@ use super::{
     agenda::Agenda,
     fire::Firer,
     limits, machine,
-    rpc::{conflict, error_reply, invalid, not_found, view},
+    rpc::{conflict, error_reply, invalid, missing_job, not_found, view},
     store::{reason, CreateOutcome, Fired, JobRow, Replay, StoreError},
     ShardError,
 };
@@ -86,7 +86,7 @@ impl Writes<'_> {
             }
         };
         let Some(job) = self.fire.store.get_job(job_id).await? else {
-            return Ok(not_found("job"));
+            return Ok(missing_job(&self.fire.store, job_id).await?);
         };
         let request = match &req {
             ShardRequest::TriggerJob { .. } => {

@@ -217,3 +217,75 @@ proptest! {
         }
     }
 }
+
+/// In a `time_window` cluster that grew, a job whose next occurrence the newer layout places on
+/// another shard leaves instead of being tracked; one whose occurrence stays, or that is
+/// untracked, does not; jobs that could not leave are asked again a little later.
+#[test]
+fn a_job_placed_elsewhere_by_a_newer_layout_leaves_instead_of_being_tracked() {
+    use chronoshard_wire::rpc::{Layout, Windows};
+    let windows = Windows {
+        window_secs: 1,
+        layouts: vec![
+            Layout {
+                from_window: 0,
+                shards: 1,
+            },
+            Layout {
+                from_window: 10,
+                shards: 4,
+            },
+        ],
+    };
+    let mut a = agenda();
+    a.loaded(60_000, None, None, [], 0);
+    a.place_by(Some(WindowPlacement::new(&windows)), 0);
+    let placement = WindowPlacement::new(&windows);
+    // Keys the 4-shard layout puts elsewhere and here.
+    let key_of = |n: u8| chronoshard_wire::ids::routing_key(id(n));
+    let away = (0..=255u8)
+        .find(|n| placement.shard_of(key_of(*n), 10_000) != 0)
+        .unwrap();
+    let home = (0..=255u8)
+        .find(|n| placement.shard_of(key_of(*n), 10_000) == 0)
+        .unwrap();
+
+    a.track(due(away, 9_000, 5), 0);
+    a.track(due(home, 10_000, 5), 0);
+    assert!(
+        !a.hand_off_due(0),
+        "before the edge every occurrence is this shard's"
+    );
+    assert_eq!(a.timers.tracked().count(), 2);
+
+    a.track(due(away, 10_000, 5), 0);
+    let target = placement.shard_of(key_of(away), 10_000);
+    assert_eq!(
+        a.leaving(),
+        vec![Leave {
+            job: id(away),
+            target,
+            layout: 10
+        }]
+    );
+    assert_eq!(a.timers.tracked().collect::<Vec<_>>(), vec![&id(home)]);
+    assert!(a.hand_off_due(i64::MIN + 1));
+    // It could not leave (a run in progress): asked again later, or when runs end.
+    a.handed_off([], 500);
+    assert!(!a.hand_off_due(599) && a.hand_off_due(600));
+    assert_eq!(a.next_hand_off(), Some(600));
+    a.handed_off([], 500);
+    a.runs_ended();
+    assert!(a.hand_off_due(500));
+    // Tracked again on this shard (a patch moved its schedule back), it stays.
+    a.track(due(away, 9_500, 5), 0);
+    assert!(a.leaving().is_empty() && a.next_hand_off().is_none());
+    // Once it has left, nothing is left to hand off.
+    a.track(due(away, 11_000, 5), 0);
+    a.handed_off([id(away)], 700);
+    assert!(a.leaving().is_empty() && !a.hand_off_due(i64::MAX));
+    // Outside a time_window cluster every job is tracked.
+    a.place_by(None, 0);
+    a.track(due(away, 11_000, 5), 0);
+    assert!(a.leaving().is_empty());
+}

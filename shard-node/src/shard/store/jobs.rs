@@ -155,6 +155,18 @@ impl Store {
         Ok(earlier(&mut conn, job, key).await?.is_some())
     }
 
+    /// The job `tenant` created with idempotency key `key`, if this shard holds it.
+    pub async fn job_by_key(&self, tenant: &str, key: &str) -> Result<Option<JobRow>> {
+        let sql =
+            format!("SELECT {JOB_COLUMNS} FROM jobs WHERE tenant = $1 AND idempotency_key = $2");
+        let row = sqlx::query(&sql)
+            .bind(tenant)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
     pub async fn get_job(&self, id: Uuid) -> Result<Option<JobRow>> {
         let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1");
         let row = sqlx::query(&sql)

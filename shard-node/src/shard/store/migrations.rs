@@ -42,6 +42,11 @@ const SQLITE: &[File] = &[
         "moves",
         include_str!("../../../../migrations/sqlite/0006_moves.sql"),
     ),
+    (
+        7,
+        "handoffs",
+        include_str!("../../../../migrations/sqlite/0007_handoffs.sql"),
+    ),
 ];
 
 const POSTGRES: &[File] = &[
@@ -69,6 +74,11 @@ const POSTGRES: &[File] = &[
         5,
         "moves",
         include_str!("../../../../migrations/postgres/0005_moves.sql"),
+    ),
+    (
+        6,
+        "handoffs",
+        include_str!("../../../../migrations/postgres/0006_handoffs.sql"),
     ),
 ];
 

@@ -14,6 +14,7 @@
 
 mod bulk;
 mod checkpoint;
+mod handoffs;
 mod jobs;
 mod migrations;
 mod moves;
@@ -33,6 +34,7 @@ use sqlx::{
 };
 
 pub use checkpoint::{Checkpoint, WalStamp};
+pub use handoffs::{HandOff, Leave};
 pub use jobs::{CreateOutcome, DueRow, JobRow};
 pub use moves::{Cell, ExportCursor, Imported, KeyMove, MovePage, MovedTable, PAGE_OVERHEAD};
 pub use outbox::{Acked, Outgoing, Unstarted};

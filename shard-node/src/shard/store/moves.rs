@@ -49,7 +49,7 @@ pub(super) fn json_len(cell: &Cell) -> usize {
 }
 
 /// A moved table's definition.
-fn def(table: MovedTable) -> &'static TableDef {
+pub(super) fn def(table: MovedTable) -> &'static TableDef {
     &TABLES[table as usize]
 }
 
@@ -211,7 +211,12 @@ pub(super) const TABLES: [TableDef; 5] = [
 pub(super) const TICKET_BODY: usize = 8;
 
 impl TableDef {
-    fn column_list(&self) -> String {
+    /// The index of column `name` in a row's cells.
+    pub(super) fn position(&self, name: &str) -> usize {
+        (self.columns.iter().position(|(n, _)| *n == name)).expect("a column of the table")
+    }
+
+    pub(super) fn column_list(&self) -> String {
         let names: Vec<&str> = self.columns.iter().map(|(name, _)| *name).collect();
         names.join(", ")
     }
@@ -243,7 +248,7 @@ impl TableDef {
     }
 
     /// The cells of a row read with `column_list`.
-    fn decode(&self, row: &sqlx::any::AnyRow) -> Result<Vec<Cell>> {
+    pub(super) fn decode(&self, row: &sqlx::any::AnyRow) -> Result<Vec<Cell>> {
         self.columns
             .iter()
             .enumerate()
@@ -474,7 +479,12 @@ impl Store {
     }
 
     /// Inserts one page's rows, skipping those present; tickets get this shard in their body.
-    async fn insert_page(&self, tx: &mut Tx, page: MovePage, out: &mut Imported) -> Result<()> {
+    pub(super) async fn insert_page(
+        &self,
+        tx: &mut Tx,
+        page: MovePage,
+        out: &mut Imported,
+    ) -> Result<()> {
         let def = def(page.table);
         def.check_rows(&page.rows)?;
         let mut rows = page.rows;

@@ -34,6 +34,7 @@ macro_rules! store_tests {
 }
 
 mod engine;
+mod handoffs;
 mod moves;
 mod one_trip;
 mod outbox;

@@ -1,0 +1,18 @@
+-- time_window growth; the same table as migrations/sqlite/0007_handoffs.sql. A job whose next
+-- occurrence falls in a window that a newer layout places on another shard is handed to that
+-- shard. The source deletes the job's row and keeps it here, in the same transaction, until the
+-- target confirms it holds the job (`acked`); a node that takes the shard over sends what is not
+-- confirmed again. The job's runs, tickets and attempts stay where they happened. An acknowledged
+-- row tells a stale copy of the job, arriving from an older layout, from the job coming back
+-- under a newer one (`layout`).
+CREATE TABLE handoffs (
+    job_id          TEXT    PRIMARY KEY,
+    target          BIGINT  NOT NULL,
+    layout          BIGINT  NOT NULL,      -- the first window of the layout that placed it there
+    tenant          TEXT    NOT NULL,
+    idempotency_key TEXT,
+    body            TEXT    NOT NULL,      -- the job's rows as move pages (JSON)
+    acked           BIGINT  NOT NULL,      -- 0 until the target holds the job
+    created_at      BIGINT  NOT NULL
+);
+CREATE INDEX handoffs_unacked ON handoffs (created_at) WHERE acked = 0;
