@@ -50,10 +50,13 @@ pub async fn list_shards(State(state): State<AppState>) -> Result<Json<ShardMap>
     }))
 }
 
-/// Adds shards while jobs fire. The added shards get owners at once; the tenants whose place
-/// on the hash ring is now an added shard then move one by one (each frozen for the time its
-/// rows are copied: its occurrences due meanwhile fire late, none is lost or doubled, and its
-/// writes wait). Answers at once with the map; `growth` shows the progress.
+/// Adds shards while jobs fire. The added shards get owners at once. In a `tenant` cluster the
+/// tenants whose place on the hash ring is now an added shard then move one by one (each frozen
+/// for the time its rows are copied: its occurrences due meanwhile fire late, none is lost or
+/// doubled, and its writes wait). In a `time_window` cluster a layout over all the shards is
+/// added from the first window after the horizon and one more window, and each job moves alone
+/// when its next occurrence reaches it. Answers at once with the map; `growth` shows the
+/// progress.
 #[utoipa::path(post, path = "/v1/shards", tag = "cluster", request_body = AddShards,
     responses((status = 202, body = ShardMap)),
     security(("bearer" = [])))]
