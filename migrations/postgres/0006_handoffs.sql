@@ -3,12 +3,12 @@
 -- shard. The source deletes the job's row and keeps it here, in the same transaction, until the
 -- target confirms it holds the job (`acked`); a node that takes the shard over sends what is not
 -- confirmed again. The job's runs, tickets and attempts stay where they happened. An acknowledged
--- row tells a stale copy of the job, arriving from an older layout, from the job coming back
--- under a newer one (`layout`).
+-- row tells a stale copy of the job (sent again after it moved on) from the job coming back: a
+-- job's row counts its hand-offs (`jobs.moves`), and each hand-off is numbered by it (`seq`).
 CREATE TABLE handoffs (
     job_id          TEXT    PRIMARY KEY,
     target          BIGINT  NOT NULL,
-    layout          BIGINT  NOT NULL,      -- the first window of the layout that placed it there
+    seq             BIGINT  NOT NULL,      -- the job's hand-offs so far, this one included
     tenant          TEXT    NOT NULL,
     idempotency_key TEXT,
     body            TEXT    NOT NULL,      -- the job's rows as move pages (JSON)
@@ -16,3 +16,4 @@ CREATE TABLE handoffs (
     created_at      BIGINT  NOT NULL
 );
 CREATE INDEX handoffs_unacked ON handoffs (created_at) WHERE acked = 0;
+ALTER TABLE jobs ADD COLUMN moves BIGINT NOT NULL DEFAULT 0;

@@ -9,35 +9,15 @@ use std::{
     time::Duration,
 };
 
-use crate::common::{cluster::*, wait_for, Api};
+use crate::common::{cluster::*, wait_for};
 use chrono::Utc;
-use serde_json::{json, Value};
+use serde_json::json;
 
 const TENANTS: usize = 100;
 /// Every-second jobs: two per tenant.
 const TICKERS_PER_TENANT: usize = 2;
 /// One-shots: 18 per tenant, due over the minute the test runs.
 const ONE_SHOTS_PER_TENANT: usize = 18;
-
-/// Creates `n` jobs at once, a few requests in flight; returns their ids with their shards.
-async fn create_all(api: &Api, bodies: Vec<Value>) -> BTreeMap<String, (String, u64)> {
-    use futures::StreamExt;
-    futures::stream::iter(bodies)
-        .map(|body| async move {
-            let (status, job) = api.post("/v1/jobs", &body).await;
-            assert_eq!(status, 201, "{job}");
-            (
-                job["id"].as_str().unwrap().to_string(),
-                (
-                    job["tenant"].as_str().unwrap().to_string(),
-                    job["shard"].as_u64().unwrap(),
-                ),
-            )
-        })
-        .buffer_unordered(8)
-        .collect()
-        .await
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn shards_added_under_load_move_tenants_without_a_lost_or_doubled_fire() {

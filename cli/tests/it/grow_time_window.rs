@@ -14,15 +14,24 @@ use crate::common::{cluster::*, wait_for, Api, LONG};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
-const TENANTS: usize = 10;
-const TICKERS_PER_TENANT: usize = 4;
+/// How many jobs fire while the cluster grows.
+#[derive(Clone, Copy)]
+struct Load {
+    tenants: usize,
+    /// Every-second jobs of each tenant.
+    tickers: usize,
+    /// One-shots created before the growth, due over the 40 s after they are created.
+    early: usize,
+    /// One-shots created after it, due in the 3 s after the edge.
+    late: usize,
+}
 
-/// The cluster, its every-second jobs (id → shard at creation) and one-shots due after the edge.
+/// The cluster, its every-second jobs (id → shard at creation) and one-shots.
 struct Setup {
     d: Deployment,
     api: Api,
     tickers: BTreeMap<String, u64>,
-    one_shots: Vec<String>,
+    one_shots: BTreeMap<String, (String, u64)>,
     keyed: (Value, String),
     /// When the added layout's first window starts.
     edge: DateTime<Utc>,
@@ -31,7 +40,7 @@ struct Setup {
 
 /// A 4-shard cluster with 2-second windows and a horizon of `horizon_secs`, under load, grown
 /// to 8 shards.
-async fn grown(dir: &std::path::Path, horizon_secs: i64) -> Setup {
+async fn grown(dir: &std::path::Path, horizon_secs: i64, load: Load) -> Setup {
     let mut d = Deployment::start(1).await;
     let horizon = format!("{horizon_secs}s");
     let flags = [
@@ -52,19 +61,21 @@ async fn grown(dir: &std::path::Path, horizon_secs: i64) -> Setup {
     let api = d.api("cp-1");
     wait_settled(&api, &["node-a", "node-b"]).await;
 
-    let mut tickers = BTreeMap::new();
-    for i in 0..TENANTS * TICKERS_PER_TENANT {
-        let body = json!({"tenant": format!("tw-{}", i % TENANTS), "name": "tick",
-            "schedule": {"every": "1s"}, "catchup": {"policy": "all", "window": "1h"},
-            "target": d.target("tick")});
-        let (status, job) = api.post("/v1/jobs", &body).await;
-        assert_eq!(status, 201, "{job}");
-        tickers.insert(
-            job["id"].as_str().unwrap().to_string(),
-            job["shard"].as_u64().unwrap(),
-        );
-    }
-    let keyed_body = json!({"tenant": "tw-0", "name": "keyed", "schedule": {"every": "1s"},
+    let tenant = |i: usize| format!("tw-{:03}", i % load.tenants);
+    let tickers = (0..load.tenants * load.tickers).map(|i| {
+        json!({"tenant": tenant(i), "name": "tick", "schedule": {"every": "1s"},
+            "catchup": {"policy": "all", "window": "1h"}, "target": d.target("tick")})
+    });
+    let tickers: BTreeMap<String, u64> = (create_all(&api, tickers.collect()).await.into_iter())
+        .map(|(id, (_, shard))| (id, shard))
+        .collect();
+    let start = Utc::now();
+    let early = (0..load.early).map(|i| {
+        let at = start + chrono::Duration::milliseconds(5_000 + (i as i64 * 29) % 40_000);
+        json!({"tenant": tenant(i), "name": "once", "schedule": {"at": at}, "target": d.target("once")})
+    });
+    let mut one_shots = create_all(&api, early.collect()).await;
+    let keyed_body = json!({"tenant": tenant(0), "name": "keyed", "schedule": {"every": "1s"},
         "target": d.target("keyed")});
     let keyed_id = create_keyed(&api, &keyed_body, 201).await;
     // A tenant paused before the growth, with jobs created while paused.
@@ -76,7 +87,12 @@ async fn grown(dir: &std::path::Path, horizon_secs: i64) -> Setup {
         api.create(&held).await;
     }
     wait_for("ticks to run before the growth", LONG, || async {
-        (d.executions().len() > 2 * tickers.len()).then_some(())
+        let ticks = d
+            .executions()
+            .keys()
+            .filter(|(j, _)| tickers.contains_key(j))
+            .count();
+        (ticks > 2 * tickers.len()).then_some(())
     })
     .await
     .unwrap();
@@ -97,14 +113,12 @@ async fn grown(dir: &std::path::Path, horizon_secs: i64) -> Setup {
             .contains(&lead.num_milliseconds()),
         "the layout starts {lead} from now"
     );
-    // One-shots due after the edge, created under the old layout.
-    let mut one_shots = Vec::new();
-    for i in 0..20 {
-        let at = edge + chrono::Duration::milliseconds(500 + i * 97);
-        let body = json!({"tenant": format!("tw-{}", i as usize % TENANTS), "name": "once",
-            "schedule": {"at": at}, "target": d.target("once")});
-        one_shots.push(api.create(&body).await);
-    }
+    // One-shots due just after the edge, created under the old layout.
+    let late = (0..load.late).map(|i| {
+        let at = edge + chrono::Duration::milliseconds(500 + (i as i64 * 97) % 3_000);
+        json!({"tenant": tenant(i), "name": "once", "schedule": {"at": at}, "target": d.target("once")})
+    });
+    one_shots.extend(create_all(&api, late.collect()).await);
     let map = wait_for("the growth to end", LONG, || async {
         let (_, map) = api.get("/v1/shards").await;
         map.get("growth").is_none().then_some(map)
@@ -166,24 +180,33 @@ async fn each_ran_once(s: &Setup) {
     })
     .await
     .unwrap();
+    let mut ticks = Vec::with_capacity(s.tickers.len());
     for job in s.tickers.keys() {
-        let times = every_occurrence_once(&s.d, &s.api, job, upto).await;
-        assert!(
-            times[0] < s.edge - chrono::Duration::seconds(3),
-            "{job} ran from before the growth"
-        );
+        ticks.push((job, runs_up_to(&s.api, job, upto).await));
     }
-    for job in &s.one_shots {
+    for job in s.one_shots.keys() {
         wait_for(&format!("one-shot {job} to succeed"), LONG, || async {
             let runs = runs(&s.api, job).await;
             (runs.len() == 1 && runs[0]["status"] == "succeeded").then_some(())
         })
         .await
         .unwrap();
-        let n: usize = (s.d.executions().iter())
-            .filter(|((j, _), _)| j == job)
-            .map(|(_, v)| v.len())
-            .sum();
+    }
+    // What the sink received, read once: thousands of jobs' executions.
+    let executions = s.d.executions();
+    for (job, runs) in &ticks {
+        let times = each_once(&executions, job, runs);
+        assert!(
+            times[0] < s.edge - chrono::Duration::seconds(3),
+            "{job} ran from before the growth"
+        );
+    }
+    let mut per_one_shot: BTreeMap<&str, usize> = BTreeMap::new();
+    for ((job, _), got) in &executions {
+        *per_one_shot.entry(job.as_str()).or_default() += got.len();
+    }
+    for job in s.one_shots.keys() {
+        let n = per_one_shot.get(job.as_str()).copied().unwrap_or(0);
         assert_eq!(n, 1, "one-shot {job} executed {n} times");
     }
 }
@@ -191,22 +214,40 @@ async fn each_ran_once(s: &Setup) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn jobs_change_shard_at_the_new_layouts_edge_and_fire_once() {
     let dir = tempfile::tempdir().unwrap();
-    let s = grown(dir.path(), 6).await;
-    // Before the edge nothing has moved.
-    assert!(Utc::now() < s.edge);
+    let load = Load {
+        tenants: 100,
+        tickers: 2,
+        early: 1_600,
+        late: 200,
+    };
+    let s = grown(dir.path(), 8, load).await;
+    // Nothing has moved yet: the every-second jobs leave after their last occurrence before
+    // the edge, a second before it.
+    let sample: BTreeMap<String, u64> = (s.tickers.iter().take(20))
+        .map(|(j, s)| (j.clone(), *s))
+        .collect();
+    assert!(moved(&s.api, &sample).await.is_empty(), "a job moved early");
     assert!(
-        moved(&s.api, &s.tickers).await.is_empty(),
-        "a job moved before the edge"
+        Utc::now() < s.edge - chrono::Duration::milliseconds(1_500),
+        "set up too slowly to see the jobs before the edge"
     );
     each_ran_once(&s).await;
 
     let moved = moved(&s.api, &s.tickers).await;
     assert!(
-        (5..=35).contains(&moved.len()),
+        (50..=150).contains(&moved.len()),
         "about half of {} jobs move to the 4 added shards: {}",
         s.tickers.len(),
         moved.len()
     );
+    // One-shots created under the old layout and due after the edge moved too.
+    let mut late_moved = 0;
+    for (id, (_, before)) in &s.one_shots {
+        let (status, job) = s.api.get(&format!("/v1/jobs/{id}")).await;
+        assert_eq!(status, 200, "{job}");
+        late_moved += usize::from(job["shard"].as_u64() != Some(*before));
+    }
+    assert!(late_moved > 0, "no one-shot moved");
     // A moved job's history is whole: runs from before the edge (its old shard's) and after.
     let (job, _) = moved.iter().next().unwrap();
     let all = runs(&s.api, job).await;
@@ -232,16 +273,19 @@ async fn jobs_change_shard_at_the_new_layouts_edge_and_fire_once() {
         "{resumed}"
     );
     // A tenant's list shows each of its jobs once.
-    let (status, page) = s.api.get("/v1/jobs?tenant=tw-1&limit=100").await;
+    let (status, page) = s.api.get("/v1/jobs?tenant=tw-001&limit=100").await;
     assert_eq!(status, 200);
     let listed: BTreeSet<&str> = (page["jobs"].as_array().unwrap().iter())
         .map(|j| j["id"].as_str().unwrap())
         .collect();
     assert_eq!(listed.len(), page["jobs"].as_array().unwrap().len());
+    let once = (s.one_shots.values())
+        .filter(|(t, _)| t == "tw-001")
+        .count();
     assert_eq!(
         listed.len(),
-        TICKERS_PER_TENANT + 2,
-        "tw-1: 4 tickers and 2 one-shots"
+        load.tickers + once,
+        "every job of tw-001 once"
     );
     // A keyed create sent again finds its job, wherever it is now.
     let (body, id) = &s.keyed;
@@ -272,7 +316,13 @@ async fn jobs_change_shard_at_the_new_layouts_edge_and_fire_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_killed_at_the_edge_loses_no_hand_off() {
     let dir = tempfile::tempdir().unwrap();
-    let mut s = grown(dir.path(), 8).await;
+    let load = Load {
+        tenants: 10,
+        tickers: 4,
+        early: 0,
+        late: 20,
+    };
+    let mut s = grown(dir.path(), 8, load).await;
     let victim_shards = s.owners["node-a"].clone();
     let last_before = s.edge - chrono::Duration::seconds(1);
     assert!(

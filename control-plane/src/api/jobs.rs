@@ -159,10 +159,15 @@ async fn create_call(
     let tenant = spec.tenant.clone();
     let spreads = state.router.spreads_tenants();
     let movable = spreads && key.is_none();
+    // A keyed create goes to the shard its key was looked for beside, even if the layout in
+    // force changes meanwhile.
+    let mut pinned = None;
     if let Some(k) = key.as_deref().filter(|_| spreads) {
-        if let Some(found) = keyed_elsewhere(state, job_id, &tenant, k).await? {
+        let here = state.router.shard_for_new_job(job_id);
+        if let Some(found) = keyed_elsewhere(state, job_id, here, &tenant, k).await? {
             return Ok((job_id, found));
         }
+        pinned = Some(here);
     }
     let mut req = ShardRequest::CreateJob {
         job_id,
@@ -171,9 +176,10 @@ async fn create_call(
     };
     let mut tried = Vec::new();
     loop {
-        let route = match spreads {
-            true => Route::NewJob(job_id),
-            false => Route::Tenant(&tenant),
+        let route = match (pinned, spreads) {
+            (Some(here), _) => Route::Shard(here),
+            (None, true) => Route::NewJob(job_id),
+            (None, false) => Route::Tenant(&tenant),
         };
         match state.router.call(route, &req).await {
             Err(CallError::Shard(e)) if e.code == RpcErrorCode::QuotaExceeded && movable => {
@@ -192,15 +198,15 @@ async fn create_call(
 }
 
 /// In a `time_window` cluster that grew, the job created earlier with idempotency key `key` on
-/// another shard its key had (its create went by an older layout, or it moved): a create sent
-/// again answers with it rather than create it twice.
+/// a shard other than `here` that its key had (its create went by an older layout, or it
+/// moved): a create sent again answers with it rather than create it twice.
 async fn keyed_elsewhere(
     state: &AppState,
     job_id: Uuid,
+    here: u32,
     tenant: &str,
     key: &str,
 ) -> Result<Option<ShardReply>, ApiError> {
-    let here = state.router.shard_for_new_job(job_id);
     let find = ShardRequest::FindKey {
         tenant: tenant.to_string(),
         idempotency_key: key.to_string(),
@@ -480,11 +486,11 @@ async fn runs_of_moved_job(
     }
     let scheduled =
         |r: &chronoshard_wire::RunView| r.status == chronoshard_wire::RunStatus::Scheduled;
-    // The next occurrence first, then the past newest first; `limit` past runs at most.
+    // What is scheduled first (only the shard holding the job has any), then the past newest
+    // first; `limit` past runs at most.
     runs.sort_by_key(|r| (!scheduled(r), std::cmp::Reverse(r.scheduled_at)));
-    let next = runs.iter().take_while(|r| scheduled(r)).count().min(1);
-    runs.drain(next..runs.iter().take_while(|r| scheduled(r)).count());
-    runs.truncate(next + limit as usize);
+    let ahead = runs.iter().take_while(|r| scheduled(r)).count();
+    runs.truncate(ahead + limit as usize);
     Ok(ShardReply::Runs { runs })
 }
 

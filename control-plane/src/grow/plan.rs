@@ -51,8 +51,10 @@ pub fn begin(
     if let Some(w) = next.windows.as_mut() {
         let window_ms = i64::from(w.window_secs.max(1)) * 1_000;
         let clear = now.timestamp_millis() + horizon.as_millis() as i64 + window_ms;
+        // Never before a layout already written (the horizon may have been lowered since).
+        let after_last = w.layouts.last().map_or(0, |l| l.from_window + 1);
         w.layouts.push(Layout {
-            from_window: clear.div_euclid(window_ms) + 1,
+            from_window: (clear.div_euclid(window_ms) + 1).max(after_last),
             shards: has + add,
         });
     }
@@ -199,10 +201,23 @@ mod tests {
             begin(&next, 1, now),
             Err(GrowError::Busy { from: 4, to: 8 })
         );
+        // While the added shards are readied, jobs are placed by the layouts before it.
+        assert_eq!(next.windows_in_force(), c.windows);
         let laid = apply(&next, Step::Laid).unwrap();
         assert!(laid.growth.is_none());
         assert_eq!(laid.windows, next.windows);
+        assert_eq!(laid.windows_in_force(), next.windows);
         assert_eq!(laid.version, next.version + 1);
+        // A later growth with a shorter horizon still starts after the last layout.
+        let again = super::begin(&laid, 2, now, std::time::Duration::ZERO).unwrap();
+        let layouts = &again.windows.as_ref().unwrap().layouts;
+        assert_eq!(
+            layouts[2],
+            Layout {
+                from_window: 14,
+                shards: 10
+            }
+        );
     }
 
     #[test]

@@ -209,18 +209,26 @@ impl Router {
         }
     }
 
-    /// Asks `shards` in turn until one answers other than "not found"; returns the last asked
-    /// and its answer.
+    /// Asks `shards` in turn until one answers other than "not found" (a job is in one
+    /// shard's table at a time, so that one holds it). A shard that does not answer is passed
+    /// over for the next; if none holds it, the first silence is the answer (that shard may
+    /// hold it), else "not found".
     async fn attempt_each(&self, shards: &[u32], req: &ShardRequest) -> (u32, Attempt) {
-        let mut asked = 0;
-        loop {
-            let shard = shards[asked];
-            let attempt = self.attempt(shard, req).await;
-            asked += 1;
-            match attempt {
-                Attempt::Reply(Err(e)) if e.is_not_found() && asked < shards.len() => {}
+        let mut silent = None;
+        let mut last = None;
+        for &shard in shards {
+            match self.attempt(shard, req).await {
+                Attempt::Reply(Err(e)) if e.is_not_found() => last = Some((shard, e)),
+                a @ (Attempt::NotDelivered(_) | Attempt::Unknown(_)) if shards.len() > 1 => {
+                    silent.get_or_insert((shard, a));
+                }
                 other => return (shard, other),
             }
+        }
+        match (silent, last) {
+            (Some(s), _) => s,
+            (None, Some((shard, e))) => (shard, Attempt::Reply(Err(e))),
+            (None, None) => unreachable!("at least one shard is asked"),
         }
     }
 

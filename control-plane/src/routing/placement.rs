@@ -78,7 +78,7 @@ impl Placement {
                 moved,
             })
         });
-        p.windows = config.windows.as_ref().map(WindowPlacement::new);
+        p.windows = config.windows_in_force().as_ref().map(WindowPlacement::new);
         p
     }
 

@@ -107,11 +107,12 @@ pub enum ShardRequest {
         moves: Vec<KeyTarget>,
         tenants: Vec<String>,
     },
-    /// `time_window` growth, sent by the shard a job leaves: take these jobs (their rows, and
-    /// their tenant's pause), placed here by the layout starting at window `layout`, and fire
-    /// them. Sent until answered; a copy sent again changes nothing.
+    /// `time_window` growth, sent by the shard a job leaves: take these jobs (their rows) and
+    /// fire them. Sent until answered (`Imported`); a copy sent again changes nothing. The
+    /// sender placed them by the cluster config of `version`: a shard that has not read that
+    /// version yet answers `Moving` (it would place them by older layouts).
     ImportJobs {
-        layout: i64,
+        version: u64,
         pages: Vec<MovePage>,
     },
     /// The job a tenant created with this idempotency key, if this shard holds it (`Job`), or
@@ -245,6 +246,12 @@ pub enum ShardReply {
     /// The tenants paused on the shard.
     Paused {
         tenants: Vec<String>,
+    },
+    /// What a shard did with jobs handed to it: the ones it holds now, and the stale copies it
+    /// dropped (the job moved on from there since). Any other job of the request was not taken.
+    Imported {
+        held: Vec<Uuid>,
+        stale: Vec<Uuid>,
     },
     Exported {
         pages: Vec<MovePage>,
@@ -411,6 +418,17 @@ impl ClusterConfig {
     /// The shard count the cluster was created with.
     pub fn initial_shard_count(&self) -> u32 {
         self.created_with.unwrap_or(self.shard_count)
+    }
+
+    /// The layouts of a `time_window` cluster that jobs are placed by: all of them, except while
+    /// shards are being added, when the newest is not in force yet (its added shards first get
+    /// what they need, the tenants paused on the others).
+    pub fn windows_in_force(&self) -> Option<Windows> {
+        let mut windows = self.windows.clone()?;
+        if self.growth.is_some() && windows.layouts.len() > 1 {
+            windows.layouts.pop();
+        }
+        Some(windows)
     }
 }
 

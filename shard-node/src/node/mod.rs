@@ -264,12 +264,18 @@ impl Node {
             self.stopping.insert(s, task);
         }
         self.stopping.retain(|_, t| !t.is_finished());
-        if self.config.borrow().shard_count == 0 {
+        let known = self.config.borrow().shard_count;
+        if known == 0 {
             // A shard needs the cluster's sharding mode (a tenant's limits are shared by every
             // shard in a time_window cluster); a later reconcile opens it.
             return;
         }
         for (&shard, &epoch) in &self.desired {
+            // A shard added by a growth this node has not read yet would place jobs by older
+            // layouts; a later reconcile opens it.
+            if shard >= known {
+                continue;
+            }
             // The shard opens again only once its previous task here is gone (a later reconcile
             // retries), so two loops of this node never share one shard.
             if self.running.contains_key(&shard) || self.stopping.contains_key(&shard) {

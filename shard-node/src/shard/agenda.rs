@@ -73,29 +73,42 @@ impl Agenda {
     }
 
     /// Puts a job's next occurrence in the wheel if it falls within what is loaded, `lead` ms
-    /// before it is due (firing puts it back at its due time if it may not fire early); or,
-    /// when the placement puts that occurrence on another shard, marks the job to leave.
+    /// before it is due (firing puts it back at its due time if it may not fire early). When
+    /// the placement puts that occurrence on another shard, the job is also marked to leave: it
+    /// stays in the wheel until it has left (a job with a run in progress waits for the run to
+    /// end, and an occurrence due meanwhile fires here), so no occurrence waits on a hand-off.
+    /// Occurrences beyond what is loaded are not looked at: the job leaves when its occurrence
+    /// enters the horizon.
     pub fn track(&mut self, due: Due, lead: i64) {
-        if let Some((placement, me)) = &self.placement {
-            let key = chronoshard_wire::ids::routing_key(due.job);
-            let (target, layout) = placement.place(key, due.at);
-            if target != *me {
-                self.timers.untrack(due.job);
-                let job = due.job;
-                self.leaving.insert(
-                    job,
-                    Leave {
-                        job,
-                        target,
-                        layout,
-                    },
-                );
+        let job = due.job;
+        let loaded = self
+            .timers
+            .loaded_until()
+            .is_some_and(|until| due.at <= until);
+        let target = (self.placement.as_ref())
+            .filter(|_| loaded)
+            .map(|(p, me)| {
+                (
+                    p.shard_of(chronoshard_wire::ids::routing_key(job), due.at),
+                    *me,
+                )
+            })
+            .and_then(|(target, me)| (target != me).then_some(target));
+        match target {
+            Some(target) => {
+                self.leaving.insert(job, Leave { job, target });
                 self.hand_off_at = i64::MIN;
-                return;
             }
-            self.leaving.remove(&due.job);
+            None => {
+                self.leaving.remove(&job);
+            }
         }
         self.timers.track(due, lead);
+    }
+
+    /// Whether jobs may change shard here (a `time_window` cluster).
+    pub fn places(&self) -> bool {
+        self.placement.is_some()
     }
 
     /// Whether jobs wait to leave and it is time to ask for them.
@@ -108,15 +121,17 @@ impl Agenda {
         (!self.leaving.is_empty()).then_some(self.hand_off_at)
     }
 
-    /// The jobs waiting to leave.
-    pub fn leaving(&self) -> Vec<Leave> {
-        self.leaving.values().copied().collect()
+    /// Up to `n` of the jobs waiting to leave.
+    pub fn leaving(&self, n: usize) -> Vec<Leave> {
+        self.leaving.values().take(n).copied().collect()
     }
 
-    /// Forgets the jobs that left; those still here are asked again a little later.
+    /// Takes the jobs that left out of the wheel; those still here (or all, after a failed
+    /// attempt) are asked again a little later.
     pub fn handed_off(&mut self, jobs: impl IntoIterator<Item = Uuid>, now: i64) {
         for job in jobs {
             self.leaving.remove(&job);
+            self.timers.untrack(job);
         }
         self.hand_off_at = now + HAND_OFF_RETRY_MS;
     }

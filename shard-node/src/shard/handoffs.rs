@@ -1,13 +1,14 @@
 //! Jobs changing shard in a `time_window` cluster that grew. When a newer layout places a job's
-//! next occurrence on another shard, the agenda collects the job instead of tracking it;
-//! `Firer::hand_off` takes the collected jobs off this shard (the store keeps each until its
-//! target confirms), and the sender here delivers them to their targets as `ImportJobs`
-//! requests, again and again until each target confirms. `Firer::import` is the target's side.
+//! next occurrence (within the horizon) on another shard, the agenda marks the job to leave and
+//! keeps it in the wheel; `Firer::hand_off` takes the marked jobs off this shard (the store keeps
+//! each until its target confirms), and the sender here delivers them to their targets as
+//! `ImportJobs` requests, each target on its own and again until it confirms. `Firer::import` is
+//! the target's side.
 //!
-//! The occurrences are split by the layouts: this shard fires a job's occurrences up to the
-//! layout's edge, the target those after it, so no occurrence has two shards. A job with a run
-//! in progress waits for it to end; an occurrence due before its job arrived fires late, by the
-//! target's catch-up policy, never not at all.
+//! The job's row is the one token: the shard holding it fires it. A job with a run in progress
+//! leaves when the run ends, and an occurrence due before it has left fires here, so no
+//! occurrence has two shards and none waits on a hand-off; only an unreachable target delays the
+//! jobs already on their way to it, which then catch up there by their policy.
 //!
 //! Owns delivering hand-offs. It must not decide which jobs leave (the agenda does, from the
 //! placement) and it writes nothing but the store's confirmations.
@@ -18,22 +19,26 @@ use chronoshard_telemetry::metrics;
 use chronoshard_wire::{
     growth::MovePage,
     names,
-    rpc::{ShardReply, ShardRequest},
+    rpc::{RpcError, RpcErrorCode, ShardReply, ShardRequest},
 };
 use tokio::{sync::mpsc, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
+use uuid::Uuid;
 
 use super::{
     agenda::Agenda,
     fire::Firer,
     machine,
-    store::{HandOff, Store},
+    store::{HandOff, Store, StoreError},
     ShardContext, ShardError,
 };
 
-/// Most jobs one `ImportJobs` request carries (a job's row is well under 1 KB; NATS takes 1 MB).
-const JOBS_PER_REQUEST: usize = 256;
+/// Most jobs taken off the shard in one turn of the loop (one transaction).
+const JOBS_PER_TURN: usize = 256;
+/// Most bytes of job rows one `ImportJobs` request carries (NATS takes 1 MB; a job's payload
+/// may be up to 256 KiB, so a request holds at least one job whatever its size).
+const BYTES_PER_REQUEST: usize = 256 * 1024;
 /// How long a target may take to answer.
 const ANSWER_WITHIN: Duration = Duration::from_secs(5);
 /// The longest pause between two sends of what a target has not confirmed.
@@ -43,7 +48,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 pub(super) type Outbox = mpsc::UnboundedSender<Vec<HandOff>>;
 
 /// Starts the sender: it first sends what a previous owner of the shard left unconfirmed, then
-/// what the loop hands it, until `stop`.
+/// what the loop hands it, each target on its own, sending what a target did not confirm again
+/// (with a growing pause) until it does or the shard stops.
 pub(super) fn start(
     store: Store,
     ctx: ShardContext,
@@ -52,85 +58,151 @@ pub(super) fn start(
     let (tx, mut rx) = mpsc::unbounded_channel::<Vec<HandOff>>();
     let task = tokio::spawn(async move {
         let label = ctx.shard.to_string();
-        match store.unacked_handoffs(i64::MAX).await {
-            Ok(left) if !left.is_empty() => {
-                info!(jobs = left.len(), "sending hand-offs a previous owner left");
-                metrics::JOB_HANDOFFS_TOTAL
-                    .with_label_values(&[&label, "resent"])
-                    .inc_by(left.len() as u64);
-                deliver(&store, &ctx, left, &stop).await;
+        let mut backoff = Duration::from_millis(20);
+        let mut pending = loop {
+            match store.unacked_handoffs(i64::MAX).await {
+                Ok(left) => {
+                    if !left.is_empty() {
+                        info!(jobs = left.len(), "sending hand-offs a previous owner left");
+                        metrics::JOB_HANDOFFS_TOTAL
+                            .with_label_values(&[&label, "resent"])
+                            .inc_by(left.len() as u64);
+                    }
+                    break left;
+                }
+                Err(StoreError::Fenced { .. }) => return,
+                Err(e) => warn!(error = %e, "reading unconfirmed hand-offs failed; retrying"),
             }
-            Ok(_) => {}
-            Err(e) => warn!(error = %e, "reading unconfirmed hand-offs failed"),
-        }
-        loop {
-            let batch = tokio::select! {
+            tokio::select! {
                 _ = stop.cancelled() => return,
-                b = rx.recv() => match b {
-                    Some(b) => b,
-                    None => return,
-                },
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        };
+        loop {
+            if pending.is_empty() {
+                backoff = Duration::from_millis(20);
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    b = rx.recv() => match b {
+                        Some(b) => pending = b,
+                        None => return,
+                    },
+                }
+            }
+            while let Ok(more) = rx.try_recv() {
+                pending.extend(more);
+            }
+            let before = pending.len();
+            pending = match deliver(&store, &ctx, pending).await {
+                Ok(rest) => rest,
+                // Fenced: the next owner sends them.
+                Err(()) => return,
             };
-            deliver(&store, &ctx, batch, &stop).await;
+            if pending.is_empty() {
+                continue;
+            }
+            metrics::JOB_HANDOFFS_TOTAL
+                .with_label_values(&[&label, "resent"])
+                .inc_by(pending.len() as u64);
+            if pending.len() == before {
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(backoff) => {}
+            }
         }
     });
     (tx, task)
 }
 
-/// Sends `handoffs` to their targets, a target's jobs of one layout together, until each is
-/// confirmed (recorded in the store) or the shard stops.
+/// Sends `handoffs` to their targets, each target's in requests of at most `BYTES_PER_REQUEST`,
+/// and records what the targets confirmed. Returns what is still to send; `Err` once the store
+/// is fenced.
 async fn deliver(
     store: &Store,
     ctx: &ShardContext,
     handoffs: Vec<HandOff>,
-    stop: &CancellationToken,
-) {
-    let mut groups: std::collections::BTreeMap<(u32, i64), Vec<HandOff>> = Default::default();
+) -> Result<Vec<HandOff>, ()> {
+    let mut by_target: std::collections::BTreeMap<u32, Vec<HandOff>> = Default::default();
     for h in handoffs {
-        groups.entry((h.target, h.layout)).or_default().push(h);
+        by_target.entry(h.target).or_default().push(h);
     }
+    let version = ctx.cluster_config.borrow().version;
     let label = ctx.shard.to_string();
-    for ((target, layout), jobs) in groups {
-        for chunk in jobs.chunks(JOBS_PER_REQUEST) {
-            let ids: Vec<_> = chunk.iter().map(|h| h.job).collect();
+    let mut rest = Vec::new();
+    for (target, jobs) in by_target {
+        for chunk in chunks(jobs) {
             let pages: Vec<MovePage> = chunk.iter().flat_map(|h| h.pages.clone()).collect();
-            let req = ShardRequest::ImportJobs { layout, pages };
-            let mut backoff = Duration::from_millis(20);
-            loop {
-                match call(ctx, target, &req).await {
-                    Ok(()) => match store.ack_handoffs(&ids).await {
-                        Ok(()) => {
-                            metrics::JOB_HANDOFFS_TOTAL
-                                .with_label_values(&[&label, "confirmed"])
-                                .inc_by(ids.len() as u64);
-                            debug!(target, jobs = ids.len(), "jobs handed off");
-                            break;
-                        }
-                        // A fenced store: the next owner sends them again.
-                        Err(e) => {
-                            warn!(error = %e, "recording confirmed hand-offs failed");
-                            return;
-                        }
-                    },
-                    Err(why) => {
-                        warn!(target, jobs = ids.len(), %why, "handing jobs off failed; sending again");
-                        metrics::JOB_HANDOFFS_TOTAL
-                            .with_label_values(&[&label, "resent"])
-                            .inc_by(ids.len() as u64);
-                    }
+            let req = ShardRequest::ImportJobs { version, pages };
+            let (held, stale) = match call(ctx, target, &req).await {
+                Ok(answer) => answer,
+                Err(why) => {
+                    warn!(target, jobs = chunk.len(), %why, "handing jobs off failed; sending again");
+                    rest.extend(chunk);
+                    continue;
                 }
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(backoff) => {}
+            };
+            let done: Vec<Uuid> = held.iter().chain(&stale).copied().collect();
+            match store.ack_handoffs(&done).await {
+                Ok(()) => {}
+                Err(StoreError::Fenced { .. }) => return Err(()),
+                Err(e) => {
+                    warn!(error = %e, "recording confirmed hand-offs failed; sending again");
+                    rest.extend(chunk);
+                    continue;
                 }
-                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+            metrics::JOB_HANDOFFS_TOTAL
+                .with_label_values(&[&label, "confirmed"])
+                .inc_by(done.len() as u64);
+            debug!(
+                target,
+                jobs = held.len(),
+                stale = stale.len(),
+                "jobs handed off"
+            );
+            let refused: Vec<HandOff> = (chunk.into_iter())
+                .filter(|h| !done.contains(&h.job))
+                .collect();
+            if !refused.is_empty() {
+                let ids: Vec<Uuid> = refused.iter().map(|h| h.job).collect();
+                warn!(target, jobs = ?ids, "the target did not take these jobs (another job holds their idempotency key there); kept to send again");
+                rest.extend(refused);
             }
         }
     }
+    Ok(rest)
 }
 
-/// One request to the owner of `target`: in this process when it runs here, else over NATS.
-async fn call(ctx: &ShardContext, target: u32, req: &ShardRequest) -> Result<(), String> {
+/// `jobs` in groups of at most `BYTES_PER_REQUEST` of rows (at least one job each).
+fn chunks(jobs: Vec<HandOff>) -> Vec<Vec<HandOff>> {
+    let mut out: Vec<Vec<HandOff>> = Vec::new();
+    let mut bytes = 0;
+    for h in jobs {
+        let size = serde_json::to_vec(&h.pages).map_or(0, |b| b.len());
+        match out.last_mut() {
+            Some(last) if bytes + size <= BYTES_PER_REQUEST => {
+                bytes += size;
+                last.push(h);
+            }
+            _ => {
+                bytes = size;
+                out.push(vec![h]);
+            }
+        }
+    }
+    out
+}
+
+/// One `ImportJobs` to the owner of `target`: in this process when it runs here, else over
+/// NATS. Returns the jobs it holds and the stale copies it dropped.
+async fn call(
+    ctx: &ShardContext,
+    target: u32,
+    req: &ShardRequest,
+) -> Result<(Vec<Uuid>, Vec<Uuid>), String> {
     let reply = match ctx.local.get(target) {
         Some(calls) => {
             let (tx, rx) = tokio::sync::oneshot::channel();
@@ -157,16 +229,26 @@ async fn call(ctx: &ShardContext, target: u32, req: &ShardRequest) -> Result<(),
         }
     };
     match reply {
-        ShardReply::MoveStep { .. } => Ok(()),
+        ShardReply::Imported { held, stale } => Ok((held, stale)),
         other => Err(format!("shard {target} answered {other:?}")),
     }
 }
 
 impl Firer {
-    /// Takes the jobs the agenda collected off this shard and gives them to the sender; jobs
-    /// with a run in progress stay collected.
+    /// Takes up to `JOBS_PER_TURN` of the jobs the agenda collected off this shard and gives
+    /// them to the sender; jobs with a run in progress stay collected (and in the wheel).
     pub async fn hand_off(&self, agenda: &mut Agenda, now: i64) -> Result<(), ShardError> {
-        let handed = self.store.hand_off(&agenda.leaving(), now).await?;
+        let handed = match self
+            .store
+            .hand_off(&agenda.leaving(JOBS_PER_TURN), now)
+            .await
+        {
+            Ok(handed) => handed,
+            Err(e) => {
+                agenda.handed_off([], now);
+                return Err(e.into());
+            }
+        };
         agenda.handed_off(handed.iter().map(|h| h.job), now);
         if handed.is_empty() {
             return Ok(());
@@ -180,24 +262,32 @@ impl Firer {
     }
 
     /// Takes in jobs another shard handed here, and tracks them (or hands them on, when a newer
-    /// layout places them elsewhere again).
+    /// layout places them elsewhere again). Refused (`Moving`, sent again) until this shard has
+    /// read the cluster config the sender placed them by.
     pub async fn import(
         &self,
         agenda: &mut Agenda,
-        layout: i64,
+        version: u64,
         pages: Vec<MovePage>,
     ) -> Result<ShardReply, ShardError> {
-        let imported = self.store.import_jobs(layout, pages).await?;
-        agenda.paused_are(self.store.paused_tenants().await?);
-        let rows = self.store.get_jobs(&imported.jobs).await?;
+        let known = self.ctx.cluster_config.borrow().version;
+        if known < version {
+            return Ok(ShardReply::Error(RpcError::new(
+                RpcErrorCode::Moving,
+                format!("this shard has not read cluster config {version} yet (it has {known})"),
+            )));
+        }
+        let taken = self.store.import_jobs(pages).await?;
+        let rows = self.store.get_jobs(&taken.held).await?;
         for row in rows.values() {
             agenda.follow(row, machine::wheel_of(row), self.lead());
         }
         metrics::JOB_HANDOFFS_TOTAL
             .with_label_values(&[&self.metrics.label, "arrived"])
-            .inc_by(rows.len() as u64);
-        Ok(ShardReply::MoveStep {
-            rows: imported.rows,
+            .inc_by(taken.held.len() as u64);
+        Ok(ShardReply::Imported {
+            held: taken.held,
+            stale: taken.stale,
         })
     }
 }

@@ -312,6 +312,10 @@ impl Shard {
         let mut config = self.fire.ctx.cluster_config.clone();
         self.place_by(&config.borrow_and_update());
         loop {
+            // A steady stream of commands must not keep a new layout from being seen.
+            if config.has_changed().unwrap_or(false) {
+                self.place_by(&config.borrow_and_update());
+            }
             let now = clock.now_ms();
             if self.agenda.hand_off_due(now) {
                 let handed = self.fire.hand_off(&mut self.agenda, now).await;
@@ -352,7 +356,7 @@ impl Shard {
 
     /// Follows the cluster config's layouts (a `time_window` cluster's).
     fn place_by(&mut self, config: &chronoshard_wire::rpc::ClusterConfig) {
-        let placement = config.windows.as_ref().map(WindowPlacement::new);
+        let placement = config.windows_in_force().as_ref().map(WindowPlacement::new);
         self.agenda.place_by(placement, self.fire.ctx.shard);
     }
 
@@ -458,8 +462,8 @@ impl Shard {
             let leaving = self.leaving.clone();
             return leaving.apply(&self.fire, &mut self.agenda, req).await;
         }
-        if let ShardRequest::ImportJobs { layout, pages } = req {
-            return self.fire.import(&mut self.agenda, layout, pages).await;
+        if let ShardRequest::ImportJobs { version, pages } = req {
+            return self.fire.import(&mut self.agenda, version, pages).await;
         }
         self.writes().handle(req).await
     }

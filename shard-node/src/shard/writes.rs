@@ -197,6 +197,24 @@ impl Writes<'_> {
                 replies.push(Some(refused));
                 continue;
             }
+            // The job this key made is on its way to another shard: creating it here would make
+            // a second one. The caller asks again and finds it there.
+            if let Some(k) = key.as_deref().filter(|_| self.agenda.places()) {
+                match self.fire.store.handing_off_key(&row.tenant, k).await {
+                    Ok(false) => {}
+                    Ok(true) => {
+                        replies.push(Some(ShardReply::Error(RpcError::new(
+                            RpcErrorCode::Moving,
+                            "the job of this idempotency key is moving to another shard",
+                        ))));
+                        continue;
+                    }
+                    Err(e) => {
+                        replies.push(Some(error_reply(&e.into())));
+                        continue;
+                    }
+                }
+            }
             replies.push(None);
             rows.push((i, row, key));
         }

@@ -402,3 +402,23 @@ pub async fn epochs(api: &Api) -> HashMap<u64, u64> {
         .map(|a| (a["shard"].as_u64().unwrap(), a["epoch"].as_u64().unwrap()))
         .collect()
 }
+
+/// Creates `n` jobs at once, a few requests in flight; returns their ids with their shards.
+pub async fn create_all(api: &Api, bodies: Vec<Value>) -> BTreeMap<String, (String, u64)> {
+    use futures::StreamExt;
+    futures::stream::iter(bodies)
+        .map(|body| async move {
+            let (status, job) = api.post("/v1/jobs", &body).await;
+            assert_eq!(status, 201, "{job}");
+            (
+                job["id"].as_str().unwrap().to_string(),
+                (
+                    job["tenant"].as_str().unwrap().to_string(),
+                    job["shard"].as_u64().unwrap(),
+                ),
+            )
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await
+}

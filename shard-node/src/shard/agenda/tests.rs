@@ -219,10 +219,11 @@ proptest! {
 }
 
 /// In a `time_window` cluster that grew, a job whose next occurrence the newer layout places on
-/// another shard leaves instead of being tracked; one whose occurrence stays, or that is
-/// untracked, does not; jobs that could not leave are asked again a little later.
+/// another shard is marked to leave and stays in the wheel until it has; one whose occurrence
+/// stays, is beyond what is loaded, or is untracked, is not marked; jobs that could not leave
+/// are asked again a little later.
 #[test]
-fn a_job_placed_elsewhere_by_a_newer_layout_leaves_instead_of_being_tracked() {
+fn a_job_placed_elsewhere_by_a_newer_layout_leaves_and_fires_here_until_it_has() {
     use chronoshard_wire::rpc::{Layout, Windows};
     let windows = Windows {
         window_secs: 1,
@@ -238,8 +239,9 @@ fn a_job_placed_elsewhere_by_a_newer_layout_leaves_instead_of_being_tracked() {
         ],
     };
     let mut a = agenda();
-    a.loaded(60_000, None, None, [], 0);
+    a.loaded(20_000, None, None, [], 0);
     a.place_by(Some(WindowPlacement::new(&windows)), 0);
+    assert!(a.places());
     let placement = WindowPlacement::new(&windows);
     // Keys the 4-shard layout puts elsewhere and here.
     let key_of = |n: u8| chronoshard_wire::ids::routing_key(id(n));
@@ -249,6 +251,11 @@ fn a_job_placed_elsewhere_by_a_newer_layout_leaves_instead_of_being_tracked() {
     let home = (0..=255u8)
         .find(|n| placement.shard_of(key_of(*n), 10_000) == 0)
         .unwrap();
+    let wheel = |a: &Agenda| {
+        let mut jobs: Vec<Uuid> = a.timers.tracked().copied().collect();
+        jobs.sort();
+        jobs
+    };
 
     a.track(due(away, 9_000, 5), 0);
     a.track(due(home, 10_000, 5), 0);
@@ -256,19 +263,20 @@ fn a_job_placed_elsewhere_by_a_newer_layout_leaves_instead_of_being_tracked() {
         !a.hand_off_due(0),
         "before the edge every occurrence is this shard's"
     );
-    assert_eq!(a.timers.tracked().count(), 2);
+    // Beyond what is loaded, nothing is decided yet.
+    a.track(due(away, 30_000, 5), 0);
+    assert!(a.leaving(10).is_empty());
 
     a.track(due(away, 10_000, 5), 0);
     let target = placement.shard_of(key_of(away), 10_000);
     assert_eq!(
-        a.leaving(),
+        a.leaving(10),
         vec![Leave {
             job: id(away),
-            target,
-            layout: 10
+            target
         }]
     );
-    assert_eq!(a.timers.tracked().collect::<Vec<_>>(), vec![&id(home)]);
+    assert_eq!(wheel(&a).len(), 2, "it fires here until it has left");
     assert!(a.hand_off_due(i64::MIN + 1));
     // It could not leave (a run in progress): asked again later, or when runs end.
     a.handed_off([], 500);
@@ -277,15 +285,16 @@ fn a_job_placed_elsewhere_by_a_newer_layout_leaves_instead_of_being_tracked() {
     a.handed_off([], 500);
     a.runs_ended();
     assert!(a.hand_off_due(500));
-    // Tracked again on this shard (a patch moved its schedule back), it stays.
+    // Tracked again before the edge (a change moved its schedule back), it stays.
     a.track(due(away, 9_500, 5), 0);
-    assert!(a.leaving().is_empty() && a.next_hand_off().is_none());
-    // Once it has left, nothing is left to hand off.
+    assert!(a.leaving(10).is_empty() && a.next_hand_off().is_none());
+    // Once it has left, it is out of the wheel and nothing is left to hand off.
     a.track(due(away, 11_000, 5), 0);
     a.handed_off([id(away)], 700);
-    assert!(a.leaving().is_empty() && !a.hand_off_due(i64::MAX));
+    assert_eq!(wheel(&a), vec![id(home)]);
+    assert!(a.leaving(10).is_empty() && !a.hand_off_due(i64::MAX));
     // Outside a time_window cluster every job is tracked.
     a.place_by(None, 0);
     a.track(due(away, 11_000, 5), 0);
-    assert!(a.leaving().is_empty());
+    assert!(a.leaving(10).is_empty() && !a.places());
 }

@@ -6,19 +6,24 @@
 //! the shard over sends what was not confirmed (`unacked_handoffs`). Runs, tickets and attempts
 //! stay where they happened.
 //!
+//! A job's row counts its hand-offs (`jobs.moves`), and a hand-off carries the count it makes:
+//! a shard that handed the job on after taking it in knows a copy with a count not above its
+//! own hand-off's for a stale one (sent again after the job moved on), and one above it for the
+//! job coming back.
+//!
 //! It owns the `handoffs` table and the copy of a job's row. It must not decide which jobs leave
 //! or where to (the shard loop asks the placement), and it does not send anything.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use chronoshard_wire::growth::{Cell, MovePage, MovedTable};
 use sqlx::Row;
 use uuid::Uuid;
 
 use super::{
-    moves::{def, Imported},
+    moves::def,
     parse_uuid,
-    sql::Sql,
+    sql::{rows_per_statement, Sql},
     Result, Store, StoreError,
 };
 
@@ -27,8 +32,6 @@ use super::{
 pub struct Leave {
     pub job: Uuid,
     pub target: u32,
-    /// The first window of the layout that places the job's next occurrence on `target`.
-    pub layout: i64,
 }
 
 /// A job on its way to another shard: what the target is sent until it confirms.
@@ -36,121 +39,136 @@ pub struct Leave {
 pub struct HandOff {
     pub job: Uuid,
     pub target: u32,
-    pub layout: i64,
-    /// The job's row, and its tenant's pause when paused here (so the target holds it too).
+    /// The job's row, its move count raised by this hand-off.
     pub pages: Vec<MovePage>,
+}
+
+/// What a target did with jobs handed to it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Taken {
+    /// The jobs it holds now (taken in, or held already from an earlier copy).
+    pub held: Vec<Uuid>,
+    /// Copies it dropped as stale: the job moved on from here since.
+    pub stale: Vec<Uuid>,
 }
 
 /// The statuses of a run that is not over: a job with one stays until it is.
 const OPEN_RUN: &str = "('dispatched', 'running', 'retrying')";
 
+/// Pushes `(id, id, ...)` for `ids`.
+fn push_ids<'a>(qb: &mut Sql<'a>, ids: &'a [String]) {
+    qb.push("(");
+    let mut list = qb.separated(", ");
+    for id in ids {
+        list.push_bind(id.as_str());
+    }
+    qb.push(")");
+}
+
 impl Store {
     /// Takes the jobs of `leaving` off this shard in one transaction: each job that is active,
     /// has no run in progress and no buffered occurrence is deleted from `jobs` and recorded in
-    /// `handoffs`, unconfirmed. Returns those; the others stay, to be asked again.
+    /// `handoffs`, unconfirmed. Returns those; the others stay, to be asked again. The caller
+    /// keeps `leaving` short (a few hundred): it runs in the shard loop.
     pub async fn hand_off(&self, leaving: &[Leave], now: i64) -> Result<Vec<HandOff>> {
         if leaving.is_empty() {
             return Ok(Vec::new());
         }
-        let mut tx = self.write().await?;
-        let ids: Vec<String> = leaving.iter().map(|l| l.job.to_string()).collect();
-        let mut qb = Sql::new(&tx);
-        qb.push(format!(
-            "SELECT DISTINCT job_id FROM runs WHERE status IN {OPEN_RUN} AND job_id IN ("
-        ));
-        let mut list = qb.separated(", ");
-        for id in &ids {
-            list.push_bind(id.as_str());
-        }
-        qb.push(")");
-        let (sql, args) = qb.build();
-        let open: HashSet<String> = sqlx::query_scalar_with(&sql, args)
-            .fetch_all(&mut *tx)
-            .await?
-            .into_iter()
+        let targets: HashMap<String, u32> = (leaving.iter())
+            .map(|l| (l.job.to_string(), l.target))
             .collect();
-        let jobs = def(MovedTable::Jobs);
-        let mut qb = Sql::new(&tx);
-        qb.push(format!(
-            "SELECT {} FROM jobs WHERE state = 'active' AND buffered_at IS NULL AND id IN (",
-            jobs.column_list()
-        ));
-        let mut list = qb.separated(", ");
-        for id in ids.iter().filter(|id| !open.contains(*id)) {
-            list.push_bind(id.as_str());
+        let ids: Vec<String> = targets.keys().cloned().collect();
+        let chunk = rows_per_statement(1);
+        let mut tx = self.write().await?;
+        let mut open = HashSet::new();
+        for part in ids.chunks(chunk) {
+            let mut qb = Sql::new(&tx);
+            qb.push(format!(
+                "SELECT DISTINCT job_id FROM runs WHERE status IN {OPEN_RUN} AND job_id IN "
+            ));
+            push_ids(&mut qb, part);
+            let (sql, args) = qb.build();
+            let found: Vec<String> = sqlx::query_scalar_with(&sql, args)
+                .fetch_all(&mut *tx)
+                .await?;
+            open.extend(found);
         }
-        qb.push(")");
-        let (sql, args) = qb.build();
-        let rows = match ids.len() == open.len() {
-            true => Vec::new(),
-            false => sqlx::query_with(&sql, args).fetch_all(&mut *tx).await?,
-        };
-        let mut out = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let cells = jobs.decode(row)?;
-            let (Cell::Text(id), Cell::Text(tenant)) = (&cells[0], &cells[1]) else {
-                return Err(StoreError::Corrupt("a job row without id or tenant".into()));
-            };
-            let job = parse_uuid(id)?;
-            let leave = leaving.iter().find(|l| l.job == job).expect("asked for");
-            let key = match &cells[jobs.position("idempotency_key")] {
-                Cell::Text(k) => Some(k.clone()),
-                _ => None,
-            };
-            let mut pages = Vec::with_capacity(2);
-            let paused: Option<i64> =
-                sqlx::query_scalar("SELECT paused_at FROM paused_tenants WHERE tenant = $1")
-                    .bind(tenant.as_str())
-                    .fetch_optional(&mut *tx)
-                    .await?;
-            if let Some(at) = paused {
-                pages.push(MovePage {
-                    table: MovedTable::PausedTenants,
-                    rows: vec![vec![Cell::Text(tenant.clone()), Cell::Int(at)]],
-                });
+        let free: Vec<String> = ids.into_iter().filter(|id| !open.contains(id)).collect();
+        let jobs = def(MovedTable::Jobs);
+        let moves_at = jobs.position("moves");
+        let key_at = jobs.position("idempotency_key");
+        let mut out = Vec::with_capacity(free.len());
+        for part in free.chunks(chunk) {
+            let mut qb = Sql::new(&tx);
+            qb.push(format!(
+                "SELECT {} FROM jobs WHERE state = 'active' AND buffered_at IS NULL AND id IN ",
+                jobs.column_list()
+            ));
+            push_ids(&mut qb, part);
+            let (sql, args) = qb.build();
+            for row in sqlx::query_with(&sql, args).fetch_all(&mut *tx).await? {
+                let mut cells = jobs.decode(&row)?;
+                let (Cell::Text(id), Cell::Text(tenant), Cell::Int(moves)) =
+                    (&cells[0], &cells[1], &cells[moves_at])
+                else {
+                    return Err(StoreError::Corrupt("a job row without id or tenant".into()));
+                };
+                let (job, tenant, seq) = (parse_uuid(id)?, tenant.clone(), moves + 1);
+                let target = targets[id];
+                let key = match &cells[key_at] {
+                    Cell::Text(k) => Some(k.clone()),
+                    _ => None,
+                };
+                cells[moves_at] = Cell::Int(seq);
+                let pages = vec![MovePage {
+                    table: MovedTable::Jobs,
+                    rows: vec![cells],
+                }];
+                out.push((tenant, key, seq, HandOff { job, target, pages }));
             }
-            let tenant = tenant.clone();
-            pages.push(MovePage {
-                table: MovedTable::Jobs,
-                rows: vec![cells],
+        }
+        for part in out.chunks(rows_per_statement(8)) {
+            let mut qb = Sql::new(&tx);
+            qb.push(
+                "INSERT INTO handoffs (job_id, target, seq, tenant, idempotency_key, body, acked, \
+                 created_at) ",
+            );
+            qb.push_values(part, |mut row, (tenant, key, seq, h)| {
+                let body = serde_json::to_string(&h.pages).expect("pages serialise");
+                row.push_bind(h.job.to_string())
+                    .push_bind(i64::from(h.target))
+                    .push_bind(*seq)
+                    .push_bind(tenant.as_str())
+                    .push_bind(key.as_deref())
+                    .push_bind(body)
+                    .push_bind(0i64)
+                    .push_bind(now);
             });
-            let body = serde_json::to_string(&pages).expect("pages serialise");
-            sqlx::query(
-                "INSERT INTO handoffs (job_id, target, layout, tenant, idempotency_key, body, \
-                 acked, created_at) VALUES ($1, $2, $3, $4, $5, $6, 0, $7) \
-                 ON CONFLICT (job_id) DO UPDATE SET target = excluded.target, \
-                 layout = excluded.layout, tenant = excluded.tenant, \
+            qb.push(
+                " ON CONFLICT (job_id) DO UPDATE SET target = excluded.target, \
+                 seq = excluded.seq, tenant = excluded.tenant, \
                  idempotency_key = excluded.idempotency_key, body = excluded.body, acked = 0, \
                  created_at = excluded.created_at",
-            )
-            .bind(job.to_string())
-            .bind(i64::from(leave.target))
-            .bind(leave.layout)
-            .bind(tenant)
-            .bind(key)
-            .bind(body)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query("DELETE FROM jobs WHERE id = $1")
-                .bind(job.to_string())
-                .execute(&mut *tx)
-                .await?;
-            out.push(HandOff {
-                job,
-                target: leave.target,
-                layout: leave.layout,
-                pages,
-            });
+            );
+            let (sql, args) = qb.build();
+            sqlx::query_with(&sql, args).execute(&mut *tx).await?;
+        }
+        let gone: Vec<String> = out.iter().map(|(_, _, _, h)| h.job.to_string()).collect();
+        for part in gone.chunks(chunk) {
+            let mut qb = Sql::new(&tx);
+            qb.push("DELETE FROM jobs WHERE id IN ");
+            push_ids(&mut qb, part);
+            let (sql, args) = qb.build();
+            sqlx::query_with(&sql, args).execute(&mut *tx).await?;
         }
         tx.commit().await?;
-        Ok(out)
+        Ok(out.into_iter().map(|(_, _, _, h)| h).collect())
     }
 
     /// The hand-offs no target has confirmed, made at or before `until` (ms), oldest first.
     pub async fn unacked_handoffs(&self, until: i64) -> Result<Vec<HandOff>> {
         let rows = sqlx::query(
-            "SELECT job_id, target, layout, body FROM handoffs \
+            "SELECT job_id, target, body FROM handoffs \
              WHERE acked = 0 AND created_at <= $1 ORDER BY created_at",
         )
         .bind(until)
@@ -164,29 +182,27 @@ impl Store {
                     job,
                     target: u32::try_from(row.try_get::<i64, _>(1)?)
                         .map_err(|e| corrupt(e.to_string()))?,
-                    layout: row.try_get(2)?,
-                    pages: serde_json::from_str(&row.try_get::<String, _>(3)?)
+                    pages: serde_json::from_str(&row.try_get::<String, _>(2)?)
                         .map_err(|e| corrupt(e.to_string()))?,
                 })
             })
             .collect()
     }
 
-    /// Records that the targets hold these jobs now.
+    /// Records that the targets hold these jobs now (or dropped a stale copy of them).
     pub async fn ack_handoffs(&self, jobs: &[Uuid]) -> Result<()> {
         if jobs.is_empty() {
             return Ok(());
         }
+        let ids: Vec<String> = jobs.iter().map(Uuid::to_string).collect();
         let mut tx = self.write().await?;
-        let mut qb = Sql::new(&tx);
-        qb.push("UPDATE handoffs SET acked = 1 WHERE job_id IN (");
-        let mut list = qb.separated(", ");
-        for job in jobs {
-            list.push_bind(job.to_string());
+        for part in ids.chunks(rows_per_statement(1)) {
+            let mut qb = Sql::new(&tx);
+            qb.push("UPDATE handoffs SET acked = 1 WHERE job_id IN ");
+            push_ids(&mut qb, part);
+            let (sql, args) = qb.build();
+            sqlx::query_with(&sql, args).execute(&mut *tx).await?;
         }
-        qb.push(")");
-        let (sql, args) = qb.build();
-        sqlx::query_with(&sql, args).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -214,42 +230,73 @@ impl Store {
         Ok(n > 0)
     }
 
-    /// Takes in jobs another shard handed here under the layout starting at window `layout`, in
-    /// one transaction. A job present already is kept as it is (a copy sent again); a job that
-    /// left this shard under a layout as new or newer is not taken back (a stale copy); a job
-    /// that left under an older one comes back. Returns the jobs now held.
-    pub async fn import_jobs(&self, layout: i64, pages: Vec<MovePage>) -> Result<Imported> {
+    /// Takes in jobs another shard handed here, in one transaction. A job held already is kept
+    /// as it is (a copy sent again); a copy whose move count is not above that of this shard's
+    /// own hand-off of the job is stale and dropped; a job coming back is taken in. A job that
+    /// cannot be inserted (another job of its tenant holds its idempotency key) is in neither
+    /// list of the answer, so its source keeps sending it and it is not lost.
+    pub async fn import_jobs(&self, pages: Vec<MovePage>) -> Result<Taken> {
+        let jobs = def(MovedTable::Jobs);
+        let moves_at = jobs.position("moves");
         let mut tx = self.write().await?;
-        let mut imported = Imported::default();
-        for mut page in pages {
-            if page.table == MovedTable::Jobs {
-                let mut kept = Vec::with_capacity(page.rows.len());
-                for row in page.rows {
-                    let Some(Cell::Text(id)) = row.first() else {
-                        return Err(StoreError::BadMove("a job row without its id".into()));
-                    };
-                    let left: Option<i64> =
-                        sqlx::query_scalar("SELECT layout FROM handoffs WHERE job_id = $1")
-                            .bind(id.as_str())
-                            .fetch_optional(&mut *tx)
-                            .await?;
-                    match left {
-                        Some(newer) if newer >= layout => continue,
-                        Some(_) => {
-                            sqlx::query("DELETE FROM handoffs WHERE job_id = $1")
-                                .bind(id.as_str())
-                                .execute(&mut *tx)
-                                .await?;
-                        }
-                        None => {}
-                    }
-                    kept.push(row);
-                }
-                page.rows = kept;
+        let mut taken = Taken::default();
+        let mut rows = Vec::new();
+        for page in pages {
+            if page.table != MovedTable::Jobs {
+                return Err(StoreError::BadMove(format!(
+                    "a hand-off carries job rows only, not {:?}",
+                    page.table
+                )));
             }
-            self.insert_page(&mut tx, page, &mut imported).await?;
+            jobs.check_rows(&page.rows)?;
+            rows.extend(page.rows);
+        }
+        let mut fresh = Vec::with_capacity(rows.len());
+        for row in rows {
+            let (Cell::Text(id), Cell::Int(moves)) = (&row[0], &row[moves_at]) else {
+                return Err(StoreError::BadMove(
+                    "a job row without id or move count".into(),
+                ));
+            };
+            let job = parse_uuid(id)?;
+            let left: Option<i64> =
+                sqlx::query_scalar("SELECT seq FROM handoffs WHERE job_id = $1")
+                    .bind(id.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            match left {
+                Some(seq) if seq >= *moves => taken.stale.push(job),
+                Some(_) => {
+                    sqlx::query("DELETE FROM handoffs WHERE job_id = $1")
+                        .bind(id.as_str())
+                        .execute(&mut *tx)
+                        .await?;
+                    fresh.push((job, row));
+                }
+                None => fresh.push((job, row)),
+            }
+        }
+        let ids: Vec<Uuid> = fresh.iter().map(|(j, _)| *j).collect();
+        let page = MovePage {
+            table: MovedTable::Jobs,
+            rows: fresh.into_iter().map(|(_, r)| r).collect(),
+        };
+        self.insert_page(&mut tx, page, &mut Default::default())
+            .await?;
+        let id_strings: Vec<String> = ids.iter().map(Uuid::to_string).collect();
+        for part in id_strings.chunks(rows_per_statement(1)) {
+            let mut qb = Sql::new(&tx);
+            qb.push("SELECT id FROM jobs WHERE id IN ");
+            push_ids(&mut qb, part);
+            let (sql, args) = qb.build();
+            let held: Vec<String> = sqlx::query_scalar_with(&sql, args)
+                .fetch_all(&mut *tx)
+                .await?;
+            for id in held {
+                taken.held.push(parse_uuid(&id)?);
+            }
         }
         tx.commit().await?;
-        Ok(imported)
+        Ok(taken)
     }
 }

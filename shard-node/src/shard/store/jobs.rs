@@ -127,8 +127,9 @@ impl Store {
 
     /// `create_jobs` on SQLite for up to one statement's rows: the insert in a one-trip
     /// transaction (`one_trip`), then, for the rare row it skipped, the lookups of what it
-    /// collided with. They may come after the commit: no job row is ever removed (a delete marks
-    /// it), so what a skipped row collided with is still there.
+    /// collided with. They may come after the commit: a delete only marks a job row, and the one
+    /// thing that removes one, a hand-off to another shard, runs in the shard loop as creates
+    /// do, so what a skipped row collided with is still there.
     async fn create_in_one_trip(
         &self,
         jobs: &[(&JobRow, Option<&str>)],

@@ -138,6 +138,7 @@ pub(super) const TABLES: [TableDef; 5] = [
             ("idempotency_key", Text),
             ("buffered_at", Int),
             ("priority", Int),
+            ("moves", Int),
         ],
         key: 1,
         owner: Owner::Tenant,
@@ -293,7 +294,7 @@ impl TableDef {
 
     /// Refuses rows that do not fit the table, or tickets whose body is no ticket's JSON (which
     /// the commit must rewrite).
-    fn check_rows(&self, rows: &[Vec<Cell>]) -> Result<()> {
+    pub(super) fn check_rows(&self, rows: &[Vec<Cell>]) -> Result<()> {
         for row in rows {
             self.check(row, self.columns.len())?;
             if self.table == MovedTable::Tickets {

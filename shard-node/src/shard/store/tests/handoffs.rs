@@ -1,10 +1,11 @@
 //! Jobs handed between shards at a `time_window` layout's edge: a job leaves its shard in one
 //! transaction and is kept there until the target confirms; the target takes it once however
-//! often it is sent; a stale copy does not bring back a job that moved on; and a fenced owner
-//! hands nothing off.
+//! often it is sent; a stale copy does not bring back a job that moved on, while the job coming
+//! back is taken in; a job whose idempotency key another job holds on the target is not taken
+//! (and so not lost); and a fenced owner hands nothing off.
 
 use super::*;
-use crate::shard::store::Leave;
+use crate::shard::store::{HandOff, Leave};
 
 async fn open_shard(db: &TestDb, shard: u32, epoch: u64) -> Store {
     Store::open(&db.dbs, shard, epoch, "node-a", 0)
@@ -16,25 +17,25 @@ async fn job_count(s: &Store) -> usize {
     s.list_jobs(None, None, 100).await.unwrap().len()
 }
 
+async fn leave(s: &Store, job: Uuid, target: u32) -> HandOff {
+    let mut left = s.hand_off(&[Leave { job, target }], 0).await.unwrap();
+    assert_eq!(left.len(), 1, "{job} left");
+    left.remove(0)
+}
+
 async fn a_job_leaves_in_one_step_and_arrives_once(db: TestDb) {
     let (source, target) = (open_shard(&db, 0, 1).await, open_shard(&db, 1, 1).await);
     let t0 = 1_000_000;
     let j = job("acme", t0 + 5_000);
     source.create_job(&j, Some("k1")).await.unwrap();
-    source.pause_tenant("acme", &[], t0).await.unwrap();
     // A job with a run in progress stays until the run ends.
     let busy = job("acme", t0);
     source.create_job(&busy, None).await.unwrap();
     fired(&source, &busy, t0).await;
     let before = source.get_job(j.id).await.unwrap().unwrap();
-    let leave = |job: Uuid| Leave {
-        job,
-        target: 1,
-        layout: 10,
-    };
-    let left = (source.hand_off(&[leave(j.id), leave(busy.id), leave(Uuid::now_v7())], t0))
-        .await
-        .unwrap();
+    let to = |job: Uuid| Leave { job, target: 1 };
+    let asked = [to(j.id), to(busy.id), to(Uuid::now_v7())];
+    let left = source.hand_off(&asked, t0).await.unwrap();
     assert_eq!(left.iter().map(|h| h.job).collect::<Vec<_>>(), vec![j.id]);
     assert_eq!(source.get_job(j.id).await.unwrap(), None);
     assert!(source.get_job(busy.id).await.unwrap().is_some());
@@ -47,50 +48,60 @@ async fn a_job_leaves_in_one_step_and_arrives_once(db: TestDb) {
     assert!(source.unacked_handoffs(t0 - 1).await.unwrap().is_empty());
 
     for _ in 0..2 {
-        let imported = target.import_jobs(10, left[0].pages.clone()).await.unwrap();
-        assert_eq!(imported.jobs, vec![j.id]);
+        let taken = target.import_jobs(left[0].pages.clone()).await.unwrap();
+        assert_eq!((taken.held, taken.stale), (vec![j.id], vec![]));
         assert_eq!(job_count(&target).await, 1);
     }
     assert_eq!(target.get_job(j.id).await.unwrap(), Some(before.clone()));
     assert_eq!(target.job_by_key("acme", "k1").await.unwrap(), Some(before));
-    assert_eq!(
-        target.paused_tenants().await.unwrap(),
-        vec!["acme".to_string()]
-    );
 
     source.ack_handoffs(&[j.id]).await.unwrap();
     assert!(!source.handing_off(j.id).await.unwrap());
     assert!(source.unacked_handoffs(i64::MAX).await.unwrap().is_empty());
 }
 
-async fn a_stale_copy_does_not_bring_back_a_job_that_moved_on(db: TestDb) {
+async fn a_stale_copy_is_dropped_and_a_job_coming_back_is_taken(db: TestDb) {
+    let (a, b, c) = (
+        open_shard(&db, 0, 1).await,
+        open_shard(&db, 1, 1).await,
+        open_shard(&db, 2, 1).await,
+    );
+    let j = job("acme", 5_000);
+    a.create_job(&j, None).await.unwrap();
+    let first = leave(&a, j.id, 1).await;
+    b.import_jobs(first.pages.clone()).await.unwrap();
+    // b hands it on to c and c confirms.
+    let second = leave(&b, j.id, 2).await;
+    c.import_jobs(second.pages.clone()).await.unwrap();
+    b.ack_handoffs(&[j.id]).await.unwrap();
+    // a's copy, sent again late, is stale on b: dropped, and confirmed so a stops sending it.
+    let taken = b.import_jobs(first.pages.clone()).await.unwrap();
+    assert_eq!((taken.held, taken.stale), (vec![], vec![j.id]));
+    assert_eq!(b.get_job(j.id).await.unwrap(), None);
+    // c hands it back to b (a change moved its next occurrence): b takes it.
+    let back = leave(&c, j.id, 1).await;
+    let taken = b.import_jobs(back.pages).await.unwrap();
+    assert_eq!((taken.held, taken.stale), (vec![j.id], vec![]));
+    assert!(b.get_job(j.id).await.unwrap().is_some());
+    assert!(b.unacked_handoffs(i64::MAX).await.unwrap().is_empty());
+    // ... and back to a, which had sent it first.
+    let home = leave(&b, j.id, 0).await;
+    let taken = a.import_jobs(home.pages).await.unwrap();
+    assert_eq!(taken.held, vec![j.id]);
+}
+
+async fn a_job_whose_key_is_taken_on_the_target_is_not_lost(db: TestDb) {
     let (source, target) = (open_shard(&db, 0, 1).await, open_shard(&db, 1, 1).await);
-    let t0 = 1_000_000;
-    let j = job("acme", t0 + 5_000);
-    source.create_job(&j, None).await.unwrap();
-    let leave = Leave {
-        job: j.id,
-        target: 1,
-        layout: 10,
-    };
-    let copy = source.hand_off(&[leave], t0).await.unwrap().remove(0);
-    target.import_jobs(10, copy.pages.clone()).await.unwrap();
-    // A newer layout (from window 20) places the job on shard 2.
-    let onward = Leave {
-        job: j.id,
-        target: 2,
-        layout: 20,
-    };
-    assert_eq!(target.hand_off(&[onward], t0).await.unwrap().len(), 1);
-    target.ack_handoffs(&[j.id]).await.unwrap();
-    // The first copy, sent again late, is not taken back.
-    let imported = target.import_jobs(10, copy.pages.clone()).await.unwrap();
-    assert!(imported.jobs.is_empty());
+    let j = job("acme", 5_000);
+    source.create_job(&j, Some("k1")).await.unwrap();
+    let other = job("acme", 5_000);
+    target.create_job(&other, Some("k1")).await.unwrap();
+    let left = leave(&source, j.id, 1).await;
+    let taken = target.import_jobs(left.pages).await.unwrap();
+    assert_eq!((taken.held, taken.stale), (vec![], vec![]));
     assert_eq!(target.get_job(j.id).await.unwrap(), None);
-    // A still newer layout placing it here again brings it back.
-    target.import_jobs(30, copy.pages).await.unwrap();
-    assert!(target.get_job(j.id).await.unwrap().is_some());
-    assert!(target.unacked_handoffs(i64::MAX).await.unwrap().is_empty());
+    // Not confirmed: the source keeps it to send again.
+    assert_eq!(source.unacked_handoffs(i64::MAX).await.unwrap().len(), 1);
 }
 
 async fn a_fenced_owner_hands_nothing_off(db: TestDb) {
@@ -98,21 +109,41 @@ async fn a_fenced_owner_hands_nothing_off(db: TestDb) {
     let j = job("acme", 5_000);
     old.create_job(&j, None).await.unwrap();
     let _new = open_shard(&db, 0, 2).await;
-    let leave = Leave {
+    let to = Leave {
         job: j.id,
         target: 1,
-        layout: 10,
     };
     assert!(matches!(
-        old.hand_off(&[leave], 0).await,
+        old.hand_off(&[to], 0).await,
         Err(StoreError::Fenced { .. })
     ));
     assert!(old.get_job(j.id).await.unwrap().is_some());
     assert!(!old.handing_off(j.id).await.unwrap());
 }
 
+/// More jobs than one statement binds leave in one call.
+async fn many_jobs_leave_at_once(db: TestDb) {
+    let source = open_shard(&db, 0, 1).await;
+    let mut leaving = Vec::new();
+    for _ in 0..1_200 {
+        let j = job("acme", 5_000);
+        source.create_job(&j, None).await.unwrap();
+        leaving.push(Leave {
+            job: j.id,
+            target: 1,
+        });
+    }
+    assert_eq!(source.hand_off(&leaving, 0).await.unwrap().len(), 1_200);
+    assert_eq!(job_count(&source).await, 0);
+    let ids: Vec<Uuid> = leaving.iter().map(|l| l.job).collect();
+    source.ack_handoffs(&ids).await.unwrap();
+    assert!(source.unacked_handoffs(i64::MAX).await.unwrap().is_empty());
+}
+
 store_tests!(
     a_job_leaves_in_one_step_and_arrives_once,
-    a_stale_copy_does_not_bring_back_a_job_that_moved_on,
+    a_stale_copy_is_dropped_and_a_job_coming_back_is_taken,
+    a_job_whose_key_is_taken_on_the_target_is_not_lost,
     a_fenced_owner_hands_nothing_off,
+    many_jobs_leave_at_once,
 );
