@@ -208,6 +208,7 @@ impl ControlPlane {
                 router: router.clone(),
                 config: config.clone(),
                 leadership: leadership.clone(),
+                settings: settings.clone(),
             }
             .run(shutdown.clone())
             .instrument(span.clone()),

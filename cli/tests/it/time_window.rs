@@ -191,6 +191,92 @@ async fn a_time_window_cluster_spreads_a_tenant_and_answers_for_it_as_one() {
     p.stop().await.unwrap();
 }
 
+/// `chronoshard dev --sharding time_window` grows too: with SQLite shards, and hand-offs between
+/// shards of one process called directly rather than over NATS. Every occurrence of every job
+/// runs once across the new layout's edge, and the jobs that moved answer from added shards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dev_platform_grows_and_fires_each_occurrence_once_across_the_edge() {
+    use crate::common::cluster::{each_once, executions_in, runs_up_to};
+    let dir = tempfile::tempdir().unwrap();
+    let sink = HttpSink::start().await.unwrap();
+    let p = platform_with(dir.path(), |o| {
+        o.shards = 2;
+        o.sharding = Sharding::TimeWindow;
+        o.window_secs = 2;
+        o.settings = Settings {
+            horizon: chronoshard_wire::Dur(std::time::Duration::from_secs(3)),
+            ..Settings::DEFAULT
+        };
+    })
+    .await;
+    let api = Api::new(&p);
+    let mut jobs = BTreeMap::new();
+    for _ in 0..24 {
+        let mut body = tick("acme", &sink);
+        body["catchup"] = json!({"policy": "all", "window": "1h"});
+        let (status, job) = api.post("/v1/jobs", &body).await;
+        assert_eq!(status, 201, "{job}");
+        jobs.insert(
+            job["id"].as_str().unwrap().to_string(),
+            job["shard"].as_u64().unwrap(),
+        );
+    }
+    let ids: Vec<String> = jobs.keys().cloned().collect();
+    all_ran_after(&api, &ids, Utc::now(), "every job to run").await;
+    let (status, map) = api.post("/v1/shards", &json!({"add": 2})).await;
+    assert_eq!((status, &map["shard_count"]), (202, &json!(4)), "{map}");
+    // The layout is in force once the growth ended (it starts later if that took long).
+    let map = wait_for("the growth to end", LONG, || async {
+        let (_, map) = api.get("/v1/shards").await;
+        map.get("growth").is_none().then_some(map)
+    })
+    .await
+    .unwrap();
+    let from = map["windows"]["layouts"][1]["from_window"]
+        .as_i64()
+        .unwrap();
+    let edge = DateTime::from_timestamp(from * 2, 0).unwrap();
+    let upto = edge + chrono::Duration::seconds(2);
+    wait_for("the clock to pass the edge", LONG, || async {
+        (Utc::now() > upto + chrono::Duration::seconds(1)).then_some(())
+    })
+    .await
+    .unwrap();
+    let mut checked = Vec::new();
+    for job in &ids {
+        checked.push((job, runs_up_to(&api, job, upto).await));
+    }
+    let executions = executions_in(&sink);
+    for (job, runs) in &checked {
+        let times = each_once(&executions, job, runs);
+        assert!(
+            times[0] < edge - chrono::Duration::seconds(3),
+            "{job} ran from before"
+        );
+    }
+    let mut moved = 0;
+    for (id, before) in &jobs {
+        let (_, job) = api.get(&format!("/v1/jobs/{id}")).await;
+        let now = job["shard"].as_u64().unwrap();
+        assert!(
+            now == *before || now >= 2,
+            "{id} moved from {before} to {now}"
+        );
+        moved += usize::from(now != *before);
+    }
+    assert!(moved > 0, "no job moved to an added shard");
+    // Each of them left its shard once, arrived once, and was confirmed once.
+    for step in ["left", "arrived", "confirmed"] {
+        let n = (api.metric_sum_with(
+            "chronoshard_job_handoffs_total",
+            &format!("step=\"{step}\""),
+        ))
+        .await;
+        assert_eq!(n, moved as f64, "{step}");
+    }
+    p.stop().await.unwrap();
+}
+
 /// The production roles as separate processes: a control plane that creates a `time_window`
 /// cluster, two shard nodes and a worker. One tenant's every-second jobs spread over both nodes;
 /// `kill -9` of one of them fails its shards over, and every occurrence of every job, those due

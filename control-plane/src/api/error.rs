@@ -361,9 +361,10 @@ impl From<RpcError> for ApiError {
             },
             RpcErrorCode::Conflict => ApiError::Conflict(e.message),
             RpcErrorCode::IdempotencyKeyReused => ApiError::IdempotencyKeyReused,
-            RpcErrorCode::Fenced | RpcErrorCode::NotOwner | RpcErrorCode::Moving => {
-                ApiError::Unavailable(e.message)
-            }
+            RpcErrorCode::Fenced
+            | RpcErrorCode::NotOwner
+            | RpcErrorCode::Moving
+            | RpcErrorCode::Moved => ApiError::Unavailable(e.message),
             RpcErrorCode::Internal => ApiError::Internal(e.message),
             RpcErrorCode::RateLimited => ApiError::RateLimited {
                 detail: e.message,

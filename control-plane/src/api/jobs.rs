@@ -160,14 +160,17 @@ async fn create_call(
     let spreads = state.router.spreads_tenants();
     let movable = spreads && key.is_none();
     // A keyed create goes to the shard its key was looked for beside, even if the layout in
-    // force changes meanwhile.
+    // force changes meanwhile; if the job of its key moved away from there since, the key is
+    // looked for again.
     let mut pinned = None;
+    let mut looked = 0;
     if let Some(k) = key.as_deref().filter(|_| spreads) {
         let here = state.router.shard_for_new_job(job_id);
         if let Some(found) = keyed_elsewhere(state, job_id, here, &tenant, k).await? {
             return Ok((job_id, found));
         }
         pinned = Some(here);
+        looked = 1;
     }
     let mut req = ShardRequest::CreateJob {
         job_id,
@@ -182,6 +185,13 @@ async fn create_call(
             (None, false) => Route::Tenant(&tenant),
         };
         match state.router.call(route, &req).await {
+            Err(CallError::Shard(e)) if e.code == RpcErrorCode::Moved && looked < 3 => {
+                let k = key_of(&req);
+                if let Some(found) = keyed_elsewhere(state, job_id, u32::MAX, &tenant, k).await? {
+                    return Ok((job_id, found));
+                }
+                looked += 1;
+            }
             Err(CallError::Shard(e)) if e.code == RpcErrorCode::QuotaExceeded && movable => {
                 tried.push(state.router.shard_for_new_job(job_id));
                 match state.router.mint_job_id_avoiding(&tenant, &tried) {
@@ -194,6 +204,17 @@ async fn create_call(
             }
             reply => return Ok((job_id, reply?)),
         }
+    }
+}
+
+/// The idempotency key of a create request.
+fn key_of(req: &ShardRequest) -> &str {
+    match req {
+        ShardRequest::CreateJob {
+            idempotency_key: Some(k),
+            ..
+        } => k,
+        _ => "",
     }
 }
 

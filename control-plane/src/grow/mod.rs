@@ -65,6 +65,8 @@ pub struct Grower {
     pub router: Router,
     pub config: watch::Receiver<ClusterConfig>,
     pub leadership: watch::Receiver<Leadership>,
+    /// The live settings (a `time_window` growth reads the horizon).
+    pub settings: crate::SettingsRx,
 }
 
 impl Grower {
@@ -108,9 +110,13 @@ impl Grower {
             let Some(g) = &config.growth else {
                 return Ok(());
             };
-            if config.windows.is_some() {
+            if let Some(windows) = &config.windows {
                 self.ready_added(g.from, config.shard_count).await?;
-                return self.step(Step::Laid).await;
+                // Readying took longer than `begin`'s margin: the layout starts past the horizon.
+                let horizon = self.settings.borrow().settings.horizon.0;
+                let clear = chrono::Utc::now().timestamp_millis() + horizon.as_millis() as i64;
+                let earliest = plan::first_window_after(windows, clear);
+                return self.step(Step::Laid { earliest }).await;
             }
             metrics::GROWTH_SHARDS_PENDING_GAUGE.set(i64::from(g.from) - g.sealed.len() as i64);
             let Some(source) = (0..g.from).find(|s| !g.sealed.contains(s)) else {

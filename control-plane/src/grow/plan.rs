@@ -49,12 +49,14 @@ pub fn begin(
     }
     let mut next = config.clone();
     if let Some(w) = next.windows.as_mut() {
-        let window_ms = i64::from(w.window_secs.max(1)) * 1_000;
-        let clear = now.timestamp_millis() + horizon.as_millis() as i64 + window_ms;
         // Never before a layout already written (the horizon may have been lowered since).
         let after_last = w.layouts.last().map_or(0, |l| l.from_window + 1);
+        // No shard has loaded an occurrence of that window, and every shard has a window's
+        // time to read the new config first.
+        let window_ms = i64::from(w.window_secs.max(1)) * 1_000;
+        let clear = now.timestamp_millis() + horizon.as_millis() as i64 + window_ms;
         w.layouts.push(Layout {
-            from_window: (clear.div_euclid(window_ms) + 1).max(after_last),
+            from_window: first_window_after(w, clear).max(after_last),
             shards: has + add,
         });
     }
@@ -71,6 +73,11 @@ pub fn begin(
         recent: Vec::new(),
     });
     Ok(next)
+}
+
+/// The first window that starts after `at` (ms since the Unix epoch).
+pub fn first_window_after(windows: &chronoshard_wire::rpc::Windows, at: i64) -> i64 {
+    at.div_euclid(i64::from(windows.window_secs.max(1)) * 1_000) + 1
 }
 
 /// The tenants of `listed` that leave with one of the `leaving` keys, grouped by key, keys
@@ -109,8 +116,10 @@ pub enum Step {
     /// Every leaving key of an old shard lives on its new shard.
     Seal { source: u32, keys: Vec<u16> },
     /// A `time_window` cluster's added shards hold what they need (its tenants' pauses): the
-    /// growth is over; jobs change shard at the new layout's edge.
-    Laid,
+    /// growth is over, and the new layout comes into force; jobs change shard at its edge. Its
+    /// first window moves to `earliest` if it starts before (readying the shards took longer
+    /// than the margin `begin` left, and shards may have placed that window's occurrences).
+    Laid { earliest: i64 },
 }
 
 /// The config after `step`; None when no growth is under way (nothing to change).
@@ -138,7 +147,12 @@ pub fn apply(config: &ClusterConfig, step: Step) -> Option<ClusterConfig> {
                 g.recent.drain(..over);
             }
         }
-        Step::Laid => next.growth = None,
+        Step::Laid { earliest } => {
+            next.growth = None;
+            if let Some(newest) = next.windows.as_mut().and_then(|w| w.layouts.last_mut()) {
+                newest.from_window = newest.from_window.max(earliest);
+            }
+        }
         Step::Seal { source, keys } => {
             if !g.sealed.contains(&source) {
                 g.sealed.push(source);
@@ -203,7 +217,7 @@ mod tests {
         );
         // While the added shards are readied, jobs are placed by the layouts before it.
         assert_eq!(next.windows_in_force(), c.windows);
-        let laid = apply(&next, Step::Laid).unwrap();
+        let laid = apply(&next, Step::Laid { earliest: 0 }).unwrap();
         assert!(laid.growth.is_none());
         assert_eq!(laid.windows, next.windows);
         assert_eq!(laid.windows_in_force(), next.windows);
@@ -218,6 +232,9 @@ mod tests {
                 shards: 10
             }
         );
+        // Readied too late for that window: the layout starts later.
+        let late = apply(&again, Step::Laid { earliest: 20 }).unwrap();
+        assert_eq!(late.windows.unwrap().layouts[2].from_window, 20);
     }
 
     #[test]

@@ -219,7 +219,11 @@ impl Router {
         for &shard in shards {
             match self.attempt(shard, req).await {
                 Attempt::Reply(Err(e)) if e.is_not_found() => last = Some((shard, e)),
-                a @ (Attempt::NotDelivered(_) | Attempt::Unknown(_)) if shards.len() > 1 => {
+                // A write that may have been applied there is not sent on.
+                a @ Attempt::NotDelivered(_) if shards.len() > 1 => {
+                    silent.get_or_insert((shard, a));
+                }
+                a @ Attempt::Unknown(_) if shards.len() > 1 && req.safe_to_resend() => {
                     silent.get_or_insert((shard, a));
                 }
                 other => return (shard, other),

@@ -354,7 +354,8 @@ pub static TENANT_MOVES_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
 });
 /// Jobs handed from one shard to another in a `time_window` cluster that grew, by shard and
 /// step: `left` (taken off the source), `resent` (sent again after a failed or unconfirmed
-/// send), `confirmed` (the target holds it), `arrived` (taken in by the target).
+/// send), `confirmed` (the target holds it or dropped a stale copy), `arrived` (inserted by the
+/// target).
 pub static JOB_HANDOFFS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
     register_int_counter_vec!(
         JOB_HANDOFFS,

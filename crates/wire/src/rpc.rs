@@ -283,6 +283,9 @@ pub enum RpcErrorCode {
     /// The tenant is moving to another shard (or has moved): ask again, by the newest
     /// placement.
     Moving,
+    /// A create's idempotency key belongs to a job that moved to another shard: look for the
+    /// key on the key's shards again.
+    Moved,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]

@@ -37,8 +37,13 @@ pub(super) struct Agenda {
     last_load: (Option<WalStamp>, Option<i64>),
     /// A `time_window` cluster's layouts and this shard's number.
     placement: Option<(WindowPlacement, u32)>,
-    /// Jobs whose next occurrence the placement puts on another shard, to hand off.
-    leaving: HashMap<Uuid, Leave>,
+    /// Jobs whose next occurrence the placement puts on another shard, to hand off, each with
+    /// when it was last asked for (`asked`), so that jobs waiting for a run cannot keep the
+    /// others from being asked.
+    leaving: HashMap<Uuid, (Leave, u64)>,
+    asked: u64,
+    /// The version of the cluster config the placement is from.
+    placed_version: u64,
     /// When `leaving` is handed off next (`i64::MIN`: at once).
     hand_off_at: i64,
 }
@@ -62,14 +67,22 @@ impl Agenda {
             last_load: (None, None),
             placement: None,
             leaving: HashMap::new(),
+            asked: 0,
+            placed_version: 0,
             hand_off_at: i64::MAX,
         }
     }
 
     /// Follows the cluster's layouts (`None` outside a `time_window` cluster). Jobs tracked
     /// already stay: a layout is added for windows beyond what a shard has loaded.
-    pub fn place_by(&mut self, placement: Option<WindowPlacement>, shard: u32) {
+    pub fn place_by(&mut self, placement: Option<WindowPlacement>, shard: u32, version: u64) {
         self.placement = placement.map(|p| (p, shard));
+        self.placed_version = version;
+    }
+
+    /// The version of the cluster config jobs are placed by here.
+    pub fn placed_version(&self) -> u64 {
+        self.placed_version
     }
 
     /// Puts a job's next occurrence in the wheel if it falls within what is loaded, `lead` ms
@@ -96,7 +109,7 @@ impl Agenda {
             .and_then(|(target, me)| (target != me).then_some(target));
         match target {
             Some(target) => {
-                self.leaving.insert(job, Leave { job, target });
+                self.leaving.insert(job, (Leave { job, target }, 0));
                 self.hand_off_at = i64::MIN;
             }
             None => {
@@ -121,9 +134,26 @@ impl Agenda {
         (!self.leaving.is_empty()).then_some(self.hand_off_at)
     }
 
-    /// Up to `n` of the jobs waiting to leave.
-    pub fn leaving(&self, n: usize) -> Vec<Leave> {
-        self.leaving.values().take(n).copied().collect()
+    /// Up to `n` of the jobs waiting to leave, those asked for longest ago first.
+    pub fn leaving(&mut self, n: usize) -> Vec<Leave> {
+        let mut all: Vec<(u64, Uuid)> = self.leaving.iter().map(|(j, (_, a))| (*a, *j)).collect();
+        all.sort_unstable();
+        self.asked += 1;
+        let mut out = Vec::with_capacity(n.min(all.len()));
+        for (_, job) in all.into_iter().take(n) {
+            let entry = self.leaving.get_mut(&job).expect("listed");
+            entry.1 = self.asked;
+            out.push(entry.0);
+        }
+        out
+    }
+
+    /// Forgets that these jobs were to leave (gone, no longer active, or of a paused tenant):
+    /// they stay in the wheel, and are looked at again when tracked again.
+    pub fn stay(&mut self, jobs: impl IntoIterator<Item = Uuid>) {
+        for job in jobs {
+            self.leaving.remove(&job);
+        }
     }
 
     /// Takes the jobs that left out of the wheel; those still here (or all, after a failed

@@ -48,8 +48,9 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 pub(super) type Outbox = mpsc::UnboundedSender<Vec<HandOff>>;
 
 /// Starts the sender: it first sends what a previous owner of the shard left unconfirmed, then
-/// what the loop hands it, each target on its own, sending what a target did not confirm again
-/// (with a growing pause) until it does or the shard stops.
+/// what the loop hands it. Each round sends to every target at once, each target's requests in
+/// order until one fails; what a target did not confirm goes again next round, after a pause
+/// that grows while nothing is confirmed and ends early when new jobs arrive.
 pub(super) fn start(
     store: Store,
     ctx: ShardContext,
@@ -79,9 +80,9 @@ pub(super) fn start(
             }
             backoff = (backoff * 2).min(MAX_BACKOFF);
         };
+        backoff = Duration::from_millis(20);
         loop {
             if pending.is_empty() {
-                backoff = Duration::from_millis(20);
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     b = rx.recv() => match b {
@@ -100,26 +101,32 @@ pub(super) fn start(
                 Err(()) => return,
             };
             if pending.is_empty() {
+                backoff = Duration::from_millis(20);
                 continue;
             }
             metrics::JOB_HANDOFFS_TOTAL
                 .with_label_values(&[&label, "resent"])
                 .inc_by(pending.len() as u64);
-            if pending.len() == before {
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-            }
+            backoff = match pending.len() < before {
+                true => Duration::from_millis(20),
+                false => (backoff * 2).min(MAX_BACKOFF),
+            };
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(backoff) => {}
+                b = rx.recv() => match b {
+                    Some(b) => pending.extend(b),
+                    None => return,
+                },
             }
         }
     });
     (tx, task)
 }
 
-/// Sends `handoffs` to their targets, each target's in requests of at most `BYTES_PER_REQUEST`,
-/// and records what the targets confirmed. Returns what is still to send; `Err` once the store
-/// is fenced.
+/// Sends `handoffs` to their targets, all targets at once, each target's in requests of at most
+/// `BYTES_PER_REQUEST` until one fails, and records what the targets confirmed. Returns what is
+/// still to send; `Err` once the store is fenced.
 async fn deliver(
     store: &Store,
     ctx: &ShardContext,
@@ -129,48 +136,70 @@ async fn deliver(
     for h in handoffs {
         by_target.entry(h.target).or_default().push(h);
     }
+    let rounds = by_target
+        .into_iter()
+        .map(|(target, jobs)| deliver_to(store, ctx, target, jobs));
+    let mut rest = Vec::new();
+    for r in futures::future::join_all(rounds).await {
+        rest.extend(r?);
+    }
+    Ok(rest)
+}
+
+/// One target's part of `deliver`.
+async fn deliver_to(
+    store: &Store,
+    ctx: &ShardContext,
+    target: u32,
+    jobs: Vec<HandOff>,
+) -> Result<Vec<HandOff>, ()> {
     let version = ctx.cluster_config.borrow().version;
     let label = ctx.shard.to_string();
     let mut rest = Vec::new();
-    for (target, jobs) in by_target {
-        for chunk in chunks(jobs) {
-            let pages: Vec<MovePage> = chunk.iter().flat_map(|h| h.pages.clone()).collect();
-            let req = ShardRequest::ImportJobs { version, pages };
-            let (held, stale) = match call(ctx, target, &req).await {
-                Ok(answer) => answer,
-                Err(why) => {
-                    warn!(target, jobs = chunk.len(), %why, "handing jobs off failed; sending again");
-                    rest.extend(chunk);
-                    continue;
-                }
-            };
-            let done: Vec<Uuid> = held.iter().chain(&stale).copied().collect();
-            match store.ack_handoffs(&done).await {
-                Ok(()) => {}
-                Err(StoreError::Fenced { .. }) => return Err(()),
-                Err(e) => {
-                    warn!(error = %e, "recording confirmed hand-offs failed; sending again");
-                    rest.extend(chunk);
-                    continue;
-                }
+    let mut failed = false;
+    for chunk in chunks(jobs) {
+        if failed {
+            rest.extend(chunk);
+            continue;
+        }
+        let pages: Vec<MovePage> = chunk.iter().flat_map(|h| h.pages.clone()).collect();
+        let req = ShardRequest::ImportJobs { version, pages };
+        let (held, stale) = match call(ctx, target, &req).await {
+            Ok(answer) => answer,
+            Err(why) => {
+                warn!(target, jobs = chunk.len(), %why, "handing jobs off failed; sending again");
+                failed = true;
+                rest.extend(chunk);
+                continue;
             }
-            metrics::JOB_HANDOFFS_TOTAL
-                .with_label_values(&[&label, "confirmed"])
-                .inc_by(done.len() as u64);
-            debug!(
-                target,
-                jobs = held.len(),
-                stale = stale.len(),
-                "jobs handed off"
-            );
-            let refused: Vec<HandOff> = (chunk.into_iter())
-                .filter(|h| !done.contains(&h.job))
-                .collect();
-            if !refused.is_empty() {
-                let ids: Vec<Uuid> = refused.iter().map(|h| h.job).collect();
-                warn!(target, jobs = ?ids, "the target did not take these jobs (another job holds their idempotency key there); kept to send again");
+        };
+        let (done, refused): (Vec<HandOff>, Vec<HandOff>) =
+            (chunk.into_iter()).partition(|h| held.contains(&h.job) || stale.contains(&h.job));
+        let acks: Vec<(Uuid, i64)> = done.iter().map(|h| (h.job, h.seq)).collect();
+        match store.ack_handoffs(&acks).await {
+            Ok(()) => {}
+            Err(StoreError::Fenced { .. }) => return Err(()),
+            Err(e) => {
+                warn!(error = %e, "recording confirmed hand-offs failed; sending again");
+                failed = true;
+                rest.extend(done);
                 rest.extend(refused);
+                continue;
             }
+        }
+        metrics::JOB_HANDOFFS_TOTAL
+            .with_label_values(&[&label, "confirmed"])
+            .inc_by(acks.len() as u64);
+        debug!(
+            target,
+            jobs = held.len(),
+            stale = stale.len(),
+            "jobs handed off"
+        );
+        if !refused.is_empty() {
+            let ids: Vec<Uuid> = refused.iter().map(|h| h.job).collect();
+            warn!(target, jobs = ?ids, "the target did not take these jobs; sending again");
+            rest.extend(refused);
         }
     }
     Ok(rest)
@@ -238,17 +267,16 @@ impl Firer {
     /// Takes up to `JOBS_PER_TURN` of the jobs the agenda collected off this shard and gives
     /// them to the sender; jobs with a run in progress stay collected (and in the wheel).
     pub async fn hand_off(&self, agenda: &mut Agenda, now: i64) -> Result<(), ShardError> {
-        let handed = match self
-            .store
-            .hand_off(&agenda.leaving(JOBS_PER_TURN), now)
-            .await
-        {
-            Ok(handed) => handed,
+        let asked = agenda.leaving(JOBS_PER_TURN);
+        let left = match self.store.hand_off(&asked, now).await {
+            Ok(left) => left,
             Err(e) => {
                 agenda.handed_off([], now);
                 return Err(e.into());
             }
         };
+        agenda.stay(left.dropped);
+        let handed = left.handed;
         agenda.handed_off(handed.iter().map(|h| h.job), now);
         if handed.is_empty() {
             return Ok(());
@@ -270,21 +298,21 @@ impl Firer {
         version: u64,
         pages: Vec<MovePage>,
     ) -> Result<ShardReply, ShardError> {
-        let known = self.ctx.cluster_config.borrow().version;
+        let known = agenda.placed_version();
         if known < version {
             return Ok(ShardReply::Error(RpcError::new(
                 RpcErrorCode::Moving,
                 format!("this shard has not read cluster config {version} yet (it has {known})"),
             )));
         }
-        let taken = self.store.import_jobs(pages).await?;
+        let (taken, inserted) = self.store.import_jobs(pages).await?;
         let rows = self.store.get_jobs(&taken.held).await?;
         for row in rows.values() {
             agenda.follow(row, machine::wheel_of(row), self.lead());
         }
         metrics::JOB_HANDOFFS_TOTAL
             .with_label_values(&[&self.metrics.label, "arrived"])
-            .inc_by(taken.held.len() as u64);
+            .inc_by(inserted);
         Ok(ShardReply::Imported {
             held: taken.held,
             stale: taken.stale,

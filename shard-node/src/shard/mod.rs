@@ -357,7 +357,7 @@ impl Shard {
     /// Follows the cluster config's layouts (a `time_window` cluster's).
     fn place_by(&mut self, config: &chronoshard_wire::rpc::ClusterConfig) {
         let placement = config.windows_in_force().as_ref().map(WindowPlacement::new);
-        self.agenda.place_by(placement, self.fire.ctx.shard);
+        (self.agenda).place_by(placement, self.fire.ctx.shard, config.version);
     }
 
     /// Applies a command. A create takes every create queued right behind it along (up to

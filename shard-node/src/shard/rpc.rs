@@ -170,9 +170,14 @@ async fn serve(req: ShardRequest, server: &Server) -> ShardReply {
                     job: view(&row, ctx.shard),
                     created: false,
                 },
-                None if store.handing_off_key(tenant, idempotency_key).await? => ShardReply::Error(
-                    RpcError::new(RpcErrorCode::Moving, "the job is moving to another shard"),
-                ),
+                None if store.key_left(tenant, idempotency_key).await?
+                    == Some(super::store::KeyLeft::Moving) =>
+                {
+                    ShardReply::Error(RpcError::new(
+                        RpcErrorCode::Moving,
+                        "the job is moving to another shard",
+                    ))
+                }
                 None => not_found("job"),
             },
             ShardRequest::ListPaused => ShardReply::Paused {

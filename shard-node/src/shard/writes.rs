@@ -23,7 +23,7 @@ use super::{
     fire::Firer,
     limits, machine,
     rpc::{conflict, error_reply, invalid, missing_job, not_found, view},
-    store::{reason, CreateOutcome, Fired, JobRow, Replay, StoreError},
+    store::{reason, CreateOutcome, Fired, JobRow, KeyLeft, Replay, StoreError},
     ShardError,
 };
 
@@ -197,22 +197,26 @@ impl Writes<'_> {
                 replies.push(Some(refused));
                 continue;
             }
-            // The job this key made is on its way to another shard: creating it here would make
-            // a second one. The caller asks again and finds it there.
+            // The job this key made left this shard: creating it here would make a second one.
+            // While it is on its way the caller asks again; once it has arrived, the caller
+            // looks for the key where it went.
             if let Some(k) = key.as_deref().filter(|_| self.agenda.places()) {
-                match self.fire.store.handing_off_key(&row.tenant, k).await {
-                    Ok(false) => {}
-                    Ok(true) => {
-                        replies.push(Some(ShardReply::Error(RpcError::new(
-                            RpcErrorCode::Moving,
-                            "the job of this idempotency key is moving to another shard",
-                        ))));
-                        continue;
-                    }
-                    Err(e) => {
-                        replies.push(Some(error_reply(&e.into())));
-                        continue;
-                    }
+                let refusal = |code, message| Some(ShardReply::Error(RpcError::new(code, message)));
+                let left = match self.fire.store.key_left(&row.tenant, k).await {
+                    Ok(None) => None,
+                    Ok(Some(KeyLeft::Moving)) => refusal(
+                        RpcErrorCode::Moving,
+                        "the job of this idempotency key is moving to another shard",
+                    ),
+                    Ok(Some(KeyLeft::Moved)) => refusal(
+                        RpcErrorCode::Moved,
+                        "the job of this idempotency key moved to another shard",
+                    ),
+                    Err(e) => Some(error_reply(&e.into())),
+                };
+                if let Some(refused) = left {
+                    replies.push(Some(refused));
+                    continue;
                 }
             }
             replies.push(None);

@@ -190,18 +190,23 @@ impl Deployment {
 
     /// Executions the sink saw, per occurrence (job id, scheduled at).
     pub fn executions(&self) -> HashMap<(String, String), Vec<DateTime<Utc>>> {
-        let mut per: HashMap<(String, String), Vec<DateTime<Utc>>> = HashMap::new();
-        for r in self.sink.requests() {
-            let h = &r.headers;
-            per.entry((
-                h["x-chronoshard-job-id"].clone(),
-                h["x-chronoshard-scheduled-at"].clone(),
-            ))
-            .or_default()
-            .push(r.received_at.into());
-        }
-        per
+        executions_in(&self.sink)
     }
+}
+
+/// Executions `sink` saw, per occurrence (job id, scheduled at).
+pub fn executions_in(sink: &HttpSink) -> HashMap<(String, String), Vec<DateTime<Utc>>> {
+    let mut per: HashMap<(String, String), Vec<DateTime<Utc>>> = HashMap::new();
+    for r in sink.requests() {
+        let h = &r.headers;
+        per.entry((
+            h["x-chronoshard-job-id"].clone(),
+            h["x-chronoshard-scheduled-at"].clone(),
+        ))
+        .or_default()
+        .push(r.received_at.into());
+    }
+    per
 }
 
 /// Shard → owner, when the map gives every shard to one of `nodes` and each of them is live

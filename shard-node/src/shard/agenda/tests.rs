@@ -221,7 +221,7 @@ proptest! {
 /// In a `time_window` cluster that grew, a job whose next occurrence the newer layout places on
 /// another shard is marked to leave and stays in the wheel until it has; one whose occurrence
 /// stays, is beyond what is loaded, or is untracked, is not marked; jobs that could not leave
-/// are asked again a little later.
+/// are asked again a little later, those asked longest ago first.
 #[test]
 fn a_job_placed_elsewhere_by_a_newer_layout_leaves_and_fires_here_until_it_has() {
     use chronoshard_wire::rpc::{Layout, Windows};
@@ -240,8 +240,8 @@ fn a_job_placed_elsewhere_by_a_newer_layout_leaves_and_fires_here_until_it_has()
     };
     let mut a = agenda();
     a.loaded(20_000, None, None, [], 0);
-    a.place_by(Some(WindowPlacement::new(&windows)), 0);
-    assert!(a.places());
+    a.place_by(Some(WindowPlacement::new(&windows)), 0, 7);
+    assert!(a.places() && a.placed_version() == 7);
     let placement = WindowPlacement::new(&windows);
     // Keys the 4-shard layout puts elsewhere and here.
     let key_of = |n: u8| chronoshard_wire::ids::routing_key(id(n));
@@ -285,6 +285,10 @@ fn a_job_placed_elsewhere_by_a_newer_layout_leaves_and_fires_here_until_it_has()
     a.handed_off([], 500);
     a.runs_ended();
     assert!(a.hand_off_due(500));
+    // Jobs not to hand off at all (gone, no longer active, a paused tenant) stay in the wheel.
+    a.stay([id(away)]);
+    assert!(a.leaving(10).is_empty() && wheel(&a).len() == 2);
+    a.track(due(away, 10_000, 5), 0);
     // Tracked again before the edge (a change moved its schedule back), it stays.
     a.track(due(away, 9_500, 5), 0);
     assert!(a.leaving(10).is_empty() && a.next_hand_off().is_none());
@@ -294,7 +298,38 @@ fn a_job_placed_elsewhere_by_a_newer_layout_leaves_and_fires_here_until_it_has()
     assert_eq!(wheel(&a), vec![id(home)]);
     assert!(a.leaving(10).is_empty() && !a.hand_off_due(i64::MAX));
     // Outside a time_window cluster every job is tracked.
-    a.place_by(None, 0);
+    a.place_by(None, 0, 8);
     a.track(due(away, 11_000, 5), 0);
     assert!(a.leaving(10).is_empty() && !a.places());
+}
+
+/// Jobs that cannot leave yet do not keep the others from being asked: each call asks those
+/// asked longest ago first.
+#[test]
+fn jobs_waiting_to_leave_are_asked_in_turn() {
+    use chronoshard_wire::rpc::{Layout, Windows};
+    let windows = Windows {
+        window_secs: 1,
+        layouts: vec![Layout {
+            from_window: 0,
+            shards: 64,
+        }],
+    };
+    let mut a = agenda();
+    a.loaded(20_000, None, None, [], 0);
+    a.place_by(Some(WindowPlacement::new(&windows)), 63, 1);
+    let placement = WindowPlacement::new(&windows);
+    let away: Vec<u8> = (0..=255u8)
+        .filter(|n| placement.shard_of(chronoshard_wire::ids::routing_key(id(*n)), 1_000) != 63)
+        .take(6)
+        .collect();
+    for n in &away {
+        a.track(due(*n, 1_000, 5), 0);
+    }
+    let first: Vec<Uuid> = a.leaving(3).iter().map(|l| l.job).collect();
+    let second: Vec<Uuid> = a.leaving(3).iter().map(|l| l.job).collect();
+    let mut all: Vec<Uuid> = first.iter().chain(&second).copied().collect();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 6, "{first:?} then {second:?}");
 }

@@ -39,8 +39,29 @@ pub struct Leave {
 pub struct HandOff {
     pub job: Uuid,
     pub target: u32,
+    /// The job's move count after this hand-off: a confirmation is for this hand-off only.
+    pub seq: i64,
     /// The job's row, its move count raised by this hand-off.
     pub pages: Vec<MovePage>,
+}
+
+/// What became of the jobs asked to leave.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Left {
+    /// Taken off this shard, to send.
+    pub handed: Vec<HandOff>,
+    /// Not to hand off at all: gone, no longer active, or of a paused tenant (tracked again
+    /// when they change).
+    pub dropped: Vec<Uuid>,
+}
+
+/// Where the job a tenant created with an idempotency key went, when it left this shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyLeft {
+    /// On its way: the target has not confirmed it.
+    Moving,
+    /// The target holds it.
+    Moved,
 }
 
 /// What a target did with jobs handed to it.
@@ -67,12 +88,13 @@ fn push_ids<'a>(qb: &mut Sql<'a>, ids: &'a [String]) {
 
 impl Store {
     /// Takes the jobs of `leaving` off this shard in one transaction: each job that is active,
-    /// has no run in progress and no buffered occurrence is deleted from `jobs` and recorded in
-    /// `handoffs`, unconfirmed. Returns those; the others stay, to be asked again. The caller
-    /// keeps `leaving` short (a few hundred): it runs in the shard loop.
-    pub async fn hand_off(&self, leaving: &[Leave], now: i64) -> Result<Vec<HandOff>> {
+    /// of a tenant not paused, with no run in progress and no buffered occurrence is deleted
+    /// from `jobs` and recorded in `handoffs`, unconfirmed. Returns those, and the jobs not to
+    /// hand off at all; the others (a run in progress) stay, to be asked again. The caller keeps
+    /// `leaving` short (a few hundred): it runs in the shard loop.
+    pub async fn hand_off(&self, leaving: &[Leave], now: i64) -> Result<Left> {
         if leaving.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Left::default());
         }
         let targets: HashMap<String, u32> = (leaving.iter())
             .map(|l| (l.job.to_string(), l.target))
@@ -97,17 +119,27 @@ impl Store {
         let jobs = def(MovedTable::Jobs);
         let moves_at = jobs.position("moves");
         let key_at = jobs.position("idempotency_key");
+        let buffered_at = jobs.position("buffered_at");
         let mut out = Vec::with_capacity(free.len());
+        let mut live = HashSet::new();
         for part in free.chunks(chunk) {
             let mut qb = Sql::new(&tx);
             qb.push(format!(
-                "SELECT {} FROM jobs WHERE state = 'active' AND buffered_at IS NULL AND id IN ",
+                "SELECT {} FROM jobs WHERE state = 'active' \
+                 AND tenant NOT IN (SELECT tenant FROM paused_tenants) AND id IN ",
                 jobs.column_list()
             ));
             push_ids(&mut qb, part);
             let (sql, args) = qb.build();
             for row in sqlx::query_with(&sql, args).fetch_all(&mut *tx).await? {
                 let mut cells = jobs.decode(&row)?;
+                if let Cell::Text(id) = &cells[0] {
+                    live.insert(id.clone());
+                }
+                // Waits for its run's end, like a job with a run in progress.
+                if cells[buffered_at] != Cell::Null {
+                    continue;
+                }
                 let (Cell::Text(id), Cell::Text(tenant), Cell::Int(moves)) =
                     (&cells[0], &cells[1], &cells[moves_at])
                 else {
@@ -124,7 +156,17 @@ impl Store {
                     table: MovedTable::Jobs,
                     rows: vec![cells],
                 }];
-                out.push((tenant, key, seq, HandOff { job, target, pages }));
+                out.push((
+                    tenant,
+                    key,
+                    seq,
+                    HandOff {
+                        job,
+                        target,
+                        seq,
+                        pages,
+                    },
+                ));
             }
         }
         for part in out.chunks(rows_per_statement(8)) {
@@ -162,13 +204,17 @@ impl Store {
             sqlx::query_with(&sql, args).execute(&mut *tx).await?;
         }
         tx.commit().await?;
-        Ok(out.into_iter().map(|(_, _, _, h)| h).collect())
+        let dropped = free.iter().filter(|id| !live.contains(*id));
+        Ok(Left {
+            dropped: dropped.map(|id| parse_uuid(id)).collect::<Result<_>>()?,
+            handed: out.into_iter().map(|(_, _, _, h)| h).collect(),
+        })
     }
 
     /// The hand-offs no target has confirmed, made at or before `until` (ms), oldest first.
     pub async fn unacked_handoffs(&self, until: i64) -> Result<Vec<HandOff>> {
         let rows = sqlx::query(
-            "SELECT job_id, target, body FROM handoffs \
+            "SELECT job_id, target, seq, body FROM handoffs \
              WHERE acked = 0 AND created_at <= $1 ORDER BY created_at",
         )
         .bind(until)
@@ -182,26 +228,28 @@ impl Store {
                     job,
                     target: u32::try_from(row.try_get::<i64, _>(1)?)
                         .map_err(|e| corrupt(e.to_string()))?,
-                    pages: serde_json::from_str(&row.try_get::<String, _>(2)?)
+                    seq: row.try_get(2)?,
+                    pages: serde_json::from_str(&row.try_get::<String, _>(3)?)
                         .map_err(|e| corrupt(e.to_string()))?,
                 })
             })
             .collect()
     }
 
-    /// Records that the targets hold these jobs now (or dropped a stale copy of them).
-    pub async fn ack_handoffs(&self, jobs: &[Uuid]) -> Result<()> {
+    /// Records that the targets hold these jobs now (or dropped a stale copy of them), each for
+    /// the hand-off of the given move count only (a later hand-off of the same job is not
+    /// confirmed by an answer to an earlier one). The job's row is no longer kept.
+    pub async fn ack_handoffs(&self, jobs: &[(Uuid, i64)]) -> Result<()> {
         if jobs.is_empty() {
             return Ok(());
         }
-        let ids: Vec<String> = jobs.iter().map(Uuid::to_string).collect();
         let mut tx = self.write().await?;
-        for part in ids.chunks(rows_per_statement(1)) {
-            let mut qb = Sql::new(&tx);
-            qb.push("UPDATE handoffs SET acked = 1 WHERE job_id IN ");
-            push_ids(&mut qb, part);
-            let (sql, args) = qb.build();
-            sqlx::query_with(&sql, args).execute(&mut *tx).await?;
+        for (job, seq) in jobs {
+            sqlx::query("UPDATE handoffs SET acked = 1, body = '' WHERE job_id = $1 AND seq = $2")
+                .bind(job.to_string())
+                .bind(*seq)
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         Ok(())
@@ -218,26 +266,31 @@ impl Store {
         Ok(n > 0)
     }
 
-    /// Whether the job a tenant created with idempotency key `key` is on its way elsewhere.
-    pub async fn handing_off_key(&self, tenant: &str, key: &str) -> Result<bool> {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM handoffs WHERE tenant = $1 AND idempotency_key = $2 AND acked = 0",
+    /// Where the job a tenant created with idempotency key `key` went, if it left this shard.
+    pub async fn key_left(&self, tenant: &str, key: &str) -> Result<Option<KeyLeft>> {
+        let acked: Option<i64> = sqlx::query_scalar(
+            "SELECT MIN(acked) FROM handoffs WHERE tenant = $1 AND idempotency_key = $2",
         )
         .bind(tenant)
         .bind(key)
         .fetch_one(&self.pool)
         .await?;
-        Ok(n > 0)
+        Ok(acked.map(|a| match a {
+            0 => KeyLeft::Moving,
+            _ => KeyLeft::Moved,
+        }))
     }
 
     /// Takes in jobs another shard handed here, in one transaction. A job held already is kept
     /// as it is (a copy sent again); a copy whose move count is not above that of this shard's
-    /// own hand-off of the job is stale and dropped; a job coming back is taken in. A job that
-    /// cannot be inserted (another job of its tenant holds its idempotency key) is in neither
-    /// list of the answer, so its source keeps sending it and it is not lost.
-    pub async fn import_jobs(&self, pages: Vec<MovePage>) -> Result<Taken> {
+    /// own hand-off of the job is stale and dropped; a job coming back is taken in. A job whose
+    /// idempotency key another job of its tenant holds here (two creates that raced a hand-off)
+    /// is taken without its key, so both keep firing and neither is lost. Returns what it holds
+    /// and dropped, and how many jobs it inserted.
+    pub async fn import_jobs(&self, pages: Vec<MovePage>) -> Result<(Taken, u64)> {
         let jobs = def(MovedTable::Jobs);
         let moves_at = jobs.position("moves");
+        let key_at = jobs.position("idempotency_key");
         let mut tx = self.write().await?;
         let mut taken = Taken::default();
         let mut rows = Vec::new();
@@ -252,23 +305,39 @@ impl Store {
             rows.extend(page.rows);
         }
         let mut fresh = Vec::with_capacity(rows.len());
-        for row in rows {
-            let (Cell::Text(id), Cell::Int(moves)) = (&row[0], &row[moves_at]) else {
+        for mut row in rows {
+            let (Cell::Text(id), Cell::Text(tenant), Cell::Int(moves)) =
+                (&row[0], &row[1], &row[moves_at])
+            else {
                 return Err(StoreError::BadMove(
-                    "a job row without id or move count".into(),
+                    "a job row without id, tenant or move count".into(),
                 ));
             };
-            let job = parse_uuid(id)?;
+            let (job, moves) = (parse_uuid(id)?, *moves);
             let left: Option<i64> =
                 sqlx::query_scalar("SELECT seq FROM handoffs WHERE job_id = $1")
                     .bind(id.as_str())
                     .fetch_optional(&mut *tx)
                     .await?;
+            if let Cell::Text(key) = &row[key_at] {
+                let holder: Option<String> = sqlx::query_scalar(
+                    "SELECT id FROM jobs WHERE tenant = $1 AND idempotency_key = $2",
+                )
+                .bind(tenant.as_str())
+                .bind(key.as_str())
+                .fetch_optional(&mut *tx)
+                .await?;
+                if holder.is_some_and(|h| h != *id) {
+                    tracing::warn!(%job, key = key.as_str(),
+                        "a job arrived whose idempotency key another job holds here; taken without it");
+                    row[key_at] = Cell::Null;
+                }
+            }
             match left {
-                Some(seq) if seq >= *moves => taken.stale.push(job),
+                Some(seq) if seq >= moves => taken.stale.push(job),
                 Some(_) => {
                     sqlx::query("DELETE FROM handoffs WHERE job_id = $1")
-                        .bind(id.as_str())
+                        .bind(job.to_string())
                         .execute(&mut *tx)
                         .await?;
                     fresh.push((job, row));
@@ -281,8 +350,8 @@ impl Store {
             table: MovedTable::Jobs,
             rows: fresh.into_iter().map(|(_, r)| r).collect(),
         };
-        self.insert_page(&mut tx, page, &mut Default::default())
-            .await?;
+        let mut inserted = super::Imported::default();
+        self.insert_page(&mut tx, page, &mut inserted).await?;
         let id_strings: Vec<String> = ids.iter().map(Uuid::to_string).collect();
         for part in id_strings.chunks(rows_per_statement(1)) {
             let mut qb = Sql::new(&tx);
@@ -297,6 +366,6 @@ impl Store {
             }
         }
         tx.commit().await?;
-        Ok(taken)
+        Ok((taken, inserted.rows))
     }
 }

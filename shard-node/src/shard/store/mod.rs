@@ -34,7 +34,7 @@ use sqlx::{
 };
 
 pub use checkpoint::{Checkpoint, WalStamp};
-pub use handoffs::{HandOff, Leave, Taken};
+pub use handoffs::{HandOff, KeyLeft, Leave, Left, Taken};
 pub use jobs::{CreateOutcome, DueRow, JobRow};
 pub use moves::{Cell, ExportCursor, Imported, KeyMove, MovePage, MovedTable, PAGE_OVERHEAD};
 pub use outbox::{Acked, Outgoing, Unstarted};
