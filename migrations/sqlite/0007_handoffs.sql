@@ -16,4 +16,6 @@ CREATE TABLE handoffs (
     created_at      INTEGER NOT NULL
 );
 CREATE INDEX handoffs_unacked ON handoffs (created_at) WHERE acked = 0;
+-- A keyed create asks whether the job of its key left (acknowledged rows included).
+CREATE INDEX handoffs_key ON handoffs (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL;
 ALTER TABLE jobs ADD COLUMN moves INTEGER NOT NULL DEFAULT 0;

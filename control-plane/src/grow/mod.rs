@@ -112,9 +112,12 @@ impl Grower {
             };
             if let Some(windows) = &config.windows {
                 self.ready_added(g.from, config.shard_count).await?;
-                // Readying took longer than `begin`'s margin: the layout starts past the horizon.
+                // Readying took longer than `begin`'s margin: the layout starts past the horizon
+                // and one more window from now, as `begin` placed it.
                 let horizon = self.settings.borrow().settings.horizon.0;
-                let clear = chrono::Utc::now().timestamp_millis() + horizon.as_millis() as i64;
+                let window_ms = i64::from(windows.window_secs.max(1)) * 1_000;
+                let clear =
+                    chrono::Utc::now().timestamp_millis() + horizon.as_millis() as i64 + window_ms;
                 let earliest = plan::first_window_after(windows, clear);
                 return self.step(Step::Laid { earliest }).await;
             }

@@ -137,7 +137,9 @@ impl Agenda {
     /// Up to `n` of the jobs waiting to leave, those asked for longest ago first.
     pub fn leaving(&mut self, n: usize) -> Vec<Leave> {
         let mut all: Vec<(u64, Uuid)> = self.leaving.iter().map(|(j, (_, a))| (*a, *j)).collect();
-        all.sort_unstable();
+        if all.len() > n && n > 0 {
+            all.select_nth_unstable(n - 1);
+        }
         self.asked += 1;
         let mut out = Vec::with_capacity(n.min(all.len()));
         for (_, job) in all.into_iter().take(n) {

@@ -23,7 +23,7 @@ use chronoshard_wire::{
 };
 use tokio::{sync::mpsc, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 use uuid::Uuid;
 
 use super::{
@@ -190,7 +190,7 @@ async fn deliver_to(
         metrics::JOB_HANDOFFS_TOTAL
             .with_label_values(&[&label, "confirmed"])
             .inc_by(acks.len() as u64);
-        debug!(
+        info!(
             target,
             jobs = held.len(),
             stale = stale.len(),

@@ -156,6 +156,27 @@ impl Writes<'_> {
         self.fire.dispatcher.withdraw(&tickets)
     }
 
+    /// The answer to a create whose idempotency key's job left this shard (in a `time_window`
+    /// cluster that grew): creating it here would make a second one. While the job is on its
+    /// way the caller asks again (`Moving`); once it has arrived, it looks for the key where the
+    /// job went (`Moved`).
+    async fn key_left(&self, tenant: &str, key: Option<&str>) -> Option<ShardReply> {
+        let key = key.filter(|_| self.agenda.places())?;
+        let refusal = |code, message| Some(ShardReply::Error(RpcError::new(code, message)));
+        match self.fire.store.key_left(tenant, key).await {
+            Ok(None) => None,
+            Ok(Some(KeyLeft::Moving)) => refusal(
+                RpcErrorCode::Moving,
+                "the job of this idempotency key is moving to another shard",
+            ),
+            Ok(Some(KeyLeft::Moved)) => refusal(
+                RpcErrorCode::Moved,
+                "the job of this idempotency key moved to another shard",
+            ),
+            Err(e) => Some(error_reply(&e.into())),
+        }
+    }
+
     /// Creates queued together, answered each: one transaction for all of them.
     pub async fn create_batch(&mut self, batch: Vec<Create>) -> Result<(), ShardError> {
         let now = self.fire.ctx.clock.now_ms();
@@ -193,31 +214,14 @@ impl Writes<'_> {
                     continue;
                 }
             };
-            if let Some(refused) = self.over_limit(&row, key.as_deref(), now).await {
+            // Before the limits: a create sent again must not spend a rate token here.
+            if let Some(refused) = self.key_left(&row.tenant, key.as_deref()).await {
                 replies.push(Some(refused));
                 continue;
             }
-            // The job this key made left this shard: creating it here would make a second one.
-            // While it is on its way the caller asks again; once it has arrived, the caller
-            // looks for the key where it went.
-            if let Some(k) = key.as_deref().filter(|_| self.agenda.places()) {
-                let refusal = |code, message| Some(ShardReply::Error(RpcError::new(code, message)));
-                let left = match self.fire.store.key_left(&row.tenant, k).await {
-                    Ok(None) => None,
-                    Ok(Some(KeyLeft::Moving)) => refusal(
-                        RpcErrorCode::Moving,
-                        "the job of this idempotency key is moving to another shard",
-                    ),
-                    Ok(Some(KeyLeft::Moved)) => refusal(
-                        RpcErrorCode::Moved,
-                        "the job of this idempotency key moved to another shard",
-                    ),
-                    Err(e) => Some(error_reply(&e.into())),
-                };
-                if let Some(refused) = left {
-                    replies.push(Some(refused));
-                    continue;
-                }
+            if let Some(refused) = self.over_limit(&row, key.as_deref(), now).await {
+                replies.push(Some(refused));
+                continue;
             }
             replies.push(None);
             rows.push((i, row, key));

@@ -101,17 +101,20 @@ impl Store {
             .collect();
         let ids: Vec<String> = targets.keys().cloned().collect();
         let chunk = rows_per_statement(1);
-        let mut tx = self.write().await?;
+        // Read first, outside the write transaction: only the shard loop (the caller) changes
+        // job rows or opens runs, so what is read stays true until the write; a turn that hands
+        // nothing off writes nothing.
+        let mut conn = self.pool.acquire().await?;
         let mut open = HashSet::new();
         for part in ids.chunks(chunk) {
-            let mut qb = Sql::new(&tx);
+            let mut qb = Sql::new(&conn);
             qb.push(format!(
                 "SELECT DISTINCT job_id FROM runs WHERE status IN {OPEN_RUN} AND job_id IN "
             ));
             push_ids(&mut qb, part);
             let (sql, args) = qb.build();
             let found: Vec<String> = sqlx::query_scalar_with(&sql, args)
-                .fetch_all(&mut *tx)
+                .fetch_all(&mut *conn)
                 .await?;
             open.extend(found);
         }
@@ -123,7 +126,7 @@ impl Store {
         let mut out = Vec::with_capacity(free.len());
         let mut live = HashSet::new();
         for part in free.chunks(chunk) {
-            let mut qb = Sql::new(&tx);
+            let mut qb = Sql::new(&conn);
             qb.push(format!(
                 "SELECT {} FROM jobs WHERE state = 'active' \
                  AND tenant NOT IN (SELECT tenant FROM paused_tenants) AND id IN ",
@@ -131,7 +134,7 @@ impl Store {
             ));
             push_ids(&mut qb, part);
             let (sql, args) = qb.build();
-            for row in sqlx::query_with(&sql, args).fetch_all(&mut *tx).await? {
+            for row in sqlx::query_with(&sql, args).fetch_all(&mut *conn).await? {
                 let mut cells = jobs.decode(&row)?;
                 if let Cell::Text(id) = &cells[0] {
                     live.insert(id.clone());
@@ -169,6 +172,16 @@ impl Store {
                 ));
             }
         }
+        drop(conn);
+        let dropped = free.iter().filter(|id| !live.contains(*id));
+        let dropped = dropped.map(|id| parse_uuid(id)).collect::<Result<_>>()?;
+        if out.is_empty() {
+            return Ok(Left {
+                handed: Vec::new(),
+                dropped,
+            });
+        }
+        let mut tx = self.write().await?;
         for part in out.chunks(rows_per_statement(8)) {
             let mut qb = Sql::new(&tx);
             qb.push(
@@ -204,9 +217,8 @@ impl Store {
             sqlx::query_with(&sql, args).execute(&mut *tx).await?;
         }
         tx.commit().await?;
-        let dropped = free.iter().filter(|id| !live.contains(*id));
         Ok(Left {
-            dropped: dropped.map(|id| parse_uuid(id)).collect::<Result<_>>()?,
+            dropped,
             handed: out.into_iter().map(|(_, _, _, h)| h).collect(),
         })
     }
@@ -244,12 +256,19 @@ impl Store {
             return Ok(());
         }
         let mut tx = self.write().await?;
-        for (job, seq) in jobs {
-            sqlx::query("UPDATE handoffs SET acked = 1, body = '' WHERE job_id = $1 AND seq = $2")
-                .bind(job.to_string())
-                .bind(*seq)
-                .execute(&mut *tx)
-                .await?;
+        for part in jobs.chunks(rows_per_statement(2)) {
+            let mut qb = Sql::new(&tx);
+            qb.push("UPDATE handoffs SET acked = 1, body = '' WHERE ");
+            let mut or = qb.separated(" OR ");
+            for (job, seq) in part {
+                or.push("(job_id = ")
+                    .push_bind_unseparated(job.to_string())
+                    .push_unseparated(" AND seq = ")
+                    .push_bind_unseparated(*seq)
+                    .push_unseparated(")");
+            }
+            let (sql, args) = qb.build();
+            sqlx::query_with(&sql, args).execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(())
