@@ -179,30 +179,14 @@ async fn shards_added_under_load_move_tenants_without_a_lost_or_doubled_fire() {
     eprintln!("checked after {:?}", began.elapsed());
     // How late the ticks ran (the sink's receipt after the due time) before, during and after.
     let grown_at = grown_at.into_inner().unwrap();
-    let mut late: [Vec<i64>; 3] = Default::default();
-    for ((job, at), got) in &per {
-        if !tickers.contains_key(job) {
-            continue;
-        }
-        let at: chrono::DateTime<Utc> = at.parse().unwrap();
-        let phase = usize::from(at >= grow_at) + usize::from(at > grown_at);
-        late[phase].push((got[0] - at).num_milliseconds());
-    }
-    for (name, l) in ["before", "during", "after"].iter().zip(&mut late) {
-        l.sort_unstable();
-        let q = |f: f64| {
-            l.get(((l.len() as f64 - 1.0) * f) as usize)
-                .copied()
-                .unwrap_or(0)
-        };
-        eprintln!(
-            "tick lateness {name} the growth: {} ticks, p50 {} ms, p99 {} ms, max {} ms",
-            l.len(),
-            q(0.5),
-            q(0.99),
-            q(1.0)
-        );
-    }
+    let phase = |at: chrono::DateTime<Utc>| usize::from(at >= grow_at) + usize::from(at > grown_at);
+    print_lateness(
+        "the growth",
+        ["before", "during", "after"],
+        &per,
+        |job| tickers.contains_key(job),
+        phase,
+    );
     eprintln!("growth took {} ms", (grown_at - grow_at).num_milliseconds());
     for job in one_shots.keys().chain(during.keys()) {
         let n: usize = per

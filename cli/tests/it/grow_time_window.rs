@@ -330,31 +330,17 @@ async fn jobs_change_shard_at_the_new_layouts_edge_and_fire_once() {
     // How late the every-second jobs ran (the sink's receipt after the due time) before, around
     // (the 2 s either side) and after the edge. Printed, not asserted: timing is the load
     // test's business.
-    let mut late: [Vec<i64>; 3] = Default::default();
     let around = chrono::Duration::seconds(2);
-    for ((job, at), got) in &s.d.executions() {
-        if !s.tickers.contains_key(job) {
-            continue;
-        }
-        let at: DateTime<Utc> = at.parse().unwrap();
-        let phase = usize::from(at >= s.edge - around) + usize::from(at >= s.edge + around);
-        late[phase].push((got[0] - at).num_milliseconds());
-    }
-    for (name, l) in ["before", "around", "after"].iter().zip(&mut late) {
-        l.sort_unstable();
-        let q = |f: f64| {
-            l.get(((l.len() as f64 - 1.0) * f) as usize)
-                .copied()
-                .unwrap_or(0)
-        };
-        eprintln!(
-            "tick lateness {name} the edge: {} ticks, p50 {} ms, p99 {} ms, max {} ms",
-            l.len(),
-            q(0.5),
-            q(0.99),
-            q(1.0)
-        );
-    }
+    let phase =
+        |at: DateTime<Utc>| usize::from(at >= s.edge - around) + usize::from(at >= s.edge + around);
+    let executions = s.d.executions();
+    print_lateness(
+        "the edge",
+        ["before", "around", "after"],
+        &executions,
+        |job| s.tickers.contains_key(job),
+        phase,
+    );
 }
 
 /// A node killed (-9) just before the edge, so that the last occurrence before it (when the

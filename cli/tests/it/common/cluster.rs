@@ -427,3 +427,38 @@ pub async fn create_all(api: &Api, bodies: Vec<Value>) -> BTreeMap<String, (Stri
         .collect()
         .await
 }
+
+/// Prints how late the jobs `of` ran (the sink's first receipt after the due time) in each of
+/// three phases that `phase` gives a due time, as p50, p99 and max. Printed, not asserted:
+/// timing is the load test's business.
+pub fn print_lateness(
+    what: &str,
+    names: [&str; 3],
+    executions: &HashMap<(String, String), Vec<DateTime<Utc>>>,
+    of: impl Fn(&str) -> bool,
+    phase: impl Fn(DateTime<Utc>) -> usize,
+) {
+    let mut late: [Vec<i64>; 3] = Default::default();
+    for ((job, at), got) in executions {
+        if !of(job) {
+            continue;
+        }
+        let at: DateTime<Utc> = at.parse().unwrap();
+        late[phase(at).min(2)].push((got[0] - at).num_milliseconds());
+    }
+    for (name, l) in names.iter().zip(&mut late) {
+        l.sort_unstable();
+        let q = |f: f64| {
+            l.get(((l.len() as f64 - 1.0) * f) as usize)
+                .copied()
+                .unwrap_or(0)
+        };
+        eprintln!(
+            "tick lateness {name} {what}: {} ticks, p50 {} ms, p99 {} ms, max {} ms",
+            l.len(),
+            q(0.5),
+            q(0.99),
+            q(1.0)
+        );
+    }
+}
