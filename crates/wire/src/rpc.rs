@@ -395,6 +395,17 @@ pub struct Layout {
 impl Windows {
     /// Length of a window of a new `time_window` cluster.
     pub const DEFAULT_WINDOW_SECS: u32 = 60;
+
+    /// The shards of the layout in force at `at_ms` (ms since the Unix epoch): the newest
+    /// starting at or before its window (the oldest before every layout).
+    pub fn shards_at(&self, at_ms: i64) -> u32 {
+        let window = at_ms.div_euclid(i64::from(self.window_secs.max(1)) * 1_000);
+        let in_force = (self.layouts.iter())
+            .filter(|l| l.from_window <= window)
+            .max_by_key(|l| l.from_window)
+            .or_else(|| self.layouts.iter().min_by_key(|l| l.from_window));
+        in_force.map_or(1, |l| l.shards.max(1))
+    }
 }
 
 impl ClusterConfig {
@@ -588,6 +599,36 @@ pub struct WorkerInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tenant's limits are shared by the shards of the layout in force: the old ones until a
+    /// growth's layout starts, all of them from then on; while the growth readies its shards,
+    /// the new layout is not in force at all.
+    #[test]
+    fn the_shards_in_force_follow_the_layouts() {
+        let mut c = ClusterConfig::new(4, Sharding::TimeWindow);
+        c.shard_count = 8;
+        (c.windows.as_mut().unwrap().layouts).push(Layout {
+            from_window: 10,
+            shards: 8,
+        });
+        let w = c.windows.clone().unwrap();
+        assert_eq!((w.shards_at(599_999), w.shards_at(600_000)), (4, 8));
+        assert_eq!(w.shards_at(-1), 4);
+        c.growth = Some(crate::growth::Growth {
+            from: 4,
+            started_at: chrono::Utc::now(),
+            sealed: vec![],
+            moved: vec![],
+            moving: None,
+            tenants_moved: 0,
+            recent: vec![],
+        });
+        assert_eq!(c.windows_in_force().unwrap().shards_at(600_000), 4);
+        assert_eq!(
+            ClusterConfig::new(4, Sharding::Tenant).windows_in_force(),
+            None
+        );
+    }
 
     /// Reads and creates may go out twice; a trigger (it would fire twice), a delete or a
     /// replay (the second copy would answer a conflict) may not.

@@ -141,12 +141,13 @@ impl ShardContext {
         ShardConfig::from(&self.settings.borrow().settings)
     }
 
-    /// How many shards share each tenant's limits: every shard in a `time_window` cluster, where
-    /// a tenant's jobs spread over all of them, so each enforces its part; one otherwise.
+    /// How many shards share each tenant's limits: in a `time_window` cluster, where a tenant's
+    /// jobs spread over the shards, those of the layout in force now (creates go by it: until a
+    /// growth's new layout starts, the old shards alone take them and share the whole quota),
+    /// each enforcing its part; one otherwise.
     pub fn tenant_share(&self) -> u32 {
-        let c = self.cluster_config.borrow();
-        match c.windows {
-            Some(_) => c.shard_count.max(1),
+        match self.cluster_config.borrow().windows_in_force() {
+            Some(w) => w.shards_at(self.clock.now_ms()),
             None => 1,
         }
     }
