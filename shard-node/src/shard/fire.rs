@@ -202,7 +202,26 @@ impl Firer {
     /// Fires one occurrence of a job at `now`, outside its schedule (trigger now), under the
     /// job's overlap policy. Returns what happened and the ticket ids written.
     pub async fn fire_now(&self, job: &JobRow, now: i64) -> Result<(Fired, Vec<Uuid>), ShardError> {
-        let tickets = self.tickets_for(job, now);
+        // A trigger is an occurrence of its own: one landing on the very millisecond of an
+        // occurrence already recorded (fired, or fired ahead) takes the next free one.
+        let mut at = now;
+        loop {
+            let (fired, ids) = self.fire_at(job, at, now).await?;
+            if fired != Fired::Exists || at >= now + 2 {
+                return Ok((fired, ids));
+            }
+            at += 1;
+        }
+    }
+
+    /// Fires one occurrence of `job` at `at`, outside its schedule.
+    async fn fire_at(
+        &self,
+        job: &JobRow,
+        at: i64,
+        now: i64,
+    ) -> Result<(Fired, Vec<Uuid>), ShardError> {
+        let tickets = self.tickets_for(job, at);
         let start = SystemTime::now();
         let out = self
             .store
@@ -212,7 +231,7 @@ impl Firer {
                     expected_next: None,
                     next_fire_at: None,
                     not_fired: &[],
-                    occurrences: vec![(now, tickets)],
+                    occurrences: vec![(at, tickets)],
                     overlap: job.spec.overlap,
                 },
                 now,
