@@ -31,7 +31,7 @@ use chronoshard_wire::{
     settings::VersionedSettings,
     strategy::VersionedStrategy,
 };
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use tokio::{sync::watch, time::Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -87,18 +87,23 @@ impl Assigner {
             let mut due = false;
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                change = next_change(&mut watch) => match change {
-                    Some(Change::Heartbeat(info)) => {
-                        liveness.heartbeat(info, s.heartbeat_ttl.0, Instant::now())
-                    }
-                    Some(Change::Left(node)) => liveness.left(&node, Instant::now()),
-                    None => watch = None,
-                },
+                change = next_change(&mut watch) => {
+                    apply_change(change, &mut liveness, &mut watch, s.heartbeat_ttl.0)
+                }
                 _ = tokio::time::sleep_until(wake) => due = true,
                 _ = self.settings.changed() => due = true,
                 _ = self.strategy.changed() => due = true,
                 _ = self.leadership.changed() => due = true,
                 _ = self.config.changed() => due = true,
+            }
+            // Heartbeats that queued while a pass ran (a strategy call may take up to its
+            // deadline) are taken before liveness is judged: a node is lost when its heartbeats
+            // stop, not when this loop was busy.
+            while let Some(change) = next_change(&mut watch).now_or_never() {
+                apply_change(change, &mut liveness, &mut watch, s.heartbeat_ttl.0);
+                if watch.is_none() {
+                    break;
+                }
             }
             let now = Instant::now();
             let view = liveness.view(s.heartbeat_ttl.0, now);
@@ -246,6 +251,21 @@ impl Assigner {
 enum Change {
     Heartbeat(NodeInfo),
     Left(String),
+}
+
+/// Records a change of the node registry in `liveness`; an ended watch is dropped, to be
+/// opened again.
+fn apply_change(
+    change: Option<Change>,
+    liveness: &mut Liveness,
+    watch: &mut Option<kv::Watch>,
+    ttl: std::time::Duration,
+) {
+    match change {
+        Some(Change::Heartbeat(info)) => liveness.heartbeat(info, ttl, Instant::now()),
+        Some(Change::Left(node)) => liveness.left(&node, Instant::now()),
+        None => *watch = None,
+    }
 }
 
 /// The next change of the node registry, or None when the watch ended (or there is none: then
