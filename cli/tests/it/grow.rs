@@ -87,7 +87,7 @@ async fn shards_added_under_load_move_tenants_without_a_lost_or_doubled_fire() {
     let during = std::sync::Mutex::new(BTreeMap::new());
     let grown_at = std::sync::Mutex::new(Utc::now());
     let pending_max = std::sync::Mutex::new(0f64);
-    let grown = wait_for("the growth to finish", Duration::from_secs(120), || async {
+    let grown = wait_for("the growth to finish", Duration::from_secs(240), || async {
         *grown_at.lock().unwrap() = Utc::now();
         let pending = api.metric_sum("chronoshard_growth_shards_pending").await;
         {
@@ -311,7 +311,7 @@ async fn a_move_survives_a_kill_of(victim: Victim) {
         "node-a"
     };
 
-    let grown = wait_for("the growth to finish", Duration::from_secs(120), || async {
+    let grown = wait_for("the growth to finish", Duration::from_secs(240), || async {
         let (_, map) = api.get("/v1/shards").await;
         map.get("growth").is_none().then_some(map)
     })

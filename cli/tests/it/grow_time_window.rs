@@ -350,9 +350,11 @@ async fn jobs_change_shard_at_the_new_layouts_edge_and_fire_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_killed_at_the_edge_loses_no_hand_off() {
     let dir = tempfile::tempdir().unwrap();
+    // Enough every-second jobs that some surely move from node-b's shards to node-a's: with
+    // four, none did in one run of the whole suite.
     let load = Load {
         tenants: 10,
-        tickers: 4,
+        tickers: 12,
         early: 0,
         late: 20,
     };

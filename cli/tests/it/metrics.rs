@@ -34,6 +34,13 @@ fn sum(samples: &BTreeMap<String, f64>, name: &str, label: &str) -> f64 {
         .sum()
 }
 
+/// The series of `name`, for a failed assertion's message.
+fn series<'a>(samples: &'a BTreeMap<String, f64>, name: &str) -> Vec<(&'a String, &'a f64)> {
+    (samples.iter())
+        .filter(|(s, _)| s.split('{').next() == Some(name))
+        .collect()
+}
+
 /// Counters and histogram counts this test's events move: (series name, a part of its labels).
 const MOVED: &[(&str, &str)] = &[
     ("chronoshard_jobs_created_total", ""),
@@ -147,10 +154,14 @@ async fn the_platforms_metrics_move_with_their_events() {
             panic!("{e}: these did not move: {still:?}");
         }
     };
-    assert_eq!(sum(&after, "chronoshard_dead_letters_total", ""), 1.0);
+    let dead = "chronoshard_dead_letters_total";
+    assert_eq!(sum(&after, dead, ""), 1.0, "{:?}", series(&after, dead));
+    let failed = "chronoshard_tenant_attempts_failed_total";
     assert_eq!(
-        sum(&after, "chronoshard_tenant_attempts_failed_total", "acme"),
-        2.0
+        sum(&after, failed, "acme"),
+        2.0,
+        "{:?}",
+        series(&after, failed)
     );
 
     // What the platform's start moved, and the gauges of a running platform.
@@ -168,16 +179,22 @@ async fn the_platforms_metrics_move_with_their_events() {
             r#"event="connected""#
         ) >= 1.0
     );
-    assert_eq!(sum(&after, "chronoshard_control_plane_leader", ""), 1.0);
-    assert_eq!(sum(&after, "chronoshard_shards_open", ""), 8.0);
-    assert_eq!(sum(&after, "chronoshard_shards_unowned", ""), 0.0);
+    for (gauge, value) in [
+        ("chronoshard_control_plane_leader", 1.0),
+        ("chronoshard_shards_open", 8.0),
+        ("chronoshard_shards_unowned", 0.0),
+    ] {
+        assert_eq!(sum(&after, gauge, ""), value, "{:?}", series(&after, gauge));
+    }
     assert!(
         sum(&after, "chronoshard_wheel_entries", "") >= 3.0,
-        "the every-1s jobs"
+        "the every-1s jobs: {:?}",
+        series(&after, "chronoshard_wheel_entries")
     );
     assert!(sum(&after, "chronoshard_node_cpu_cores", "") > 0.0);
     // A shard's pool has a connection open once it has run anything.
-    assert!(sum(&after, "chronoshard_db_connections", "") >= 1.0);
+    let conns = "chronoshard_db_connections";
+    assert!(sum(&after, conns, "") >= 1.0, "{:?}", series(&after, conns));
     for gauge in [
         "chronoshard_attempts_open",
         "chronoshard_dispatch_backlog",

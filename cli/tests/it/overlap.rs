@@ -16,6 +16,12 @@ use serde_json::{json, Value};
 /// are `cancelled` as replaced, and the attempt was started by `worker` (it really ran).
 pub async fn first_run_cancelled(api: &Api, job: &str, worker: &str) -> Value {
     let ticket = api.ticket_of_run(job, "cancelled").await;
+    assert_replaced(&ticket, worker);
+    ticket
+}
+
+/// Checks that the ticket's one attempt was started by `worker` and cancelled as replaced.
+pub fn assert_replaced(ticket: &Value, worker: &str) {
     let attempt = &ticket["attempts"][0];
     assert_eq!(attempt["status"], "cancelled", "{ticket}");
     assert_eq!(
@@ -24,7 +30,6 @@ pub async fn first_run_cancelled(api: &Api, job: &str, worker: &str) -> Value {
     );
     assert_eq!(attempt["worker"], worker, "{ticket}");
     assert!(attempt["started_at"].is_string(), "{ticket}");
-    ticket
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -413,8 +413,7 @@ pub async fn create_all(api: &Api, bodies: Vec<Value>) -> BTreeMap<String, (Stri
     use futures::StreamExt;
     futures::stream::iter(bodies)
         .map(|body| async move {
-            let (status, job) = api.post("/v1/jobs", &body).await;
-            assert_eq!(status, 201, "{job}");
+            let job = create_keyed(api, &body).await;
             (
                 job["id"].as_str().unwrap().to_string(),
                 (
@@ -426,6 +425,42 @@ pub async fn create_all(api: &Api, bodies: Vec<Value>) -> BTreeMap<String, (Stri
         .buffer_unordered(8)
         .collect()
         .await
+}
+
+/// Creates a job as a client that retries does: with an `Idempotency-Key`, sent again with the
+/// same key while the answer is 503 (a shard too busy to answer in time, or a tenant's move
+/// taken up again after a failed step, as under a growth on a loaded machine), so that a copy
+/// the shard created anyway is the job answered. The deadline is a growth's, not a request's:
+/// on a machine twice as slow as usual one tenant's creates were refused for over 30 s.
+async fn create_keyed(api: &Api, body: &Value) -> Value {
+    let key = uuid::Uuid::now_v7().to_string();
+    let began = std::time::Instant::now();
+    let job = wait_for("a create to be answered", 4 * LONG, || async {
+        let resp = api
+            .http
+            .post(format!("{}/v1/jobs", api.base))
+            .bearer_auth(&api.token)
+            .header("idempotency-key", &key)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("request sent");
+        let status = resp.status().as_u16();
+        let job: Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+        match status {
+            // 200: a resend that found the job its first copy created.
+            200 | 201 => Some(job),
+            503 => None,
+            _ => panic!("create answered {status}: {job}"),
+        }
+    })
+    .await
+    .unwrap();
+    if began.elapsed() > LONG {
+        eprintln!("a create was answered after {:?}", began.elapsed());
+    }
+    job
 }
 
 /// Prints how late the jobs `of` ran (the sink's first receipt after the due time) in each of
