@@ -18,7 +18,14 @@
 //! });
 //! ```
 
-use std::{collections::BTreeMap, fmt, future::Future, pin::Pin, sync::Arc, time::Duration};
+use std::{
+    collections::BTreeMap,
+    fmt,
+    future::Future,
+    pin::Pin,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use chronoshard_wire::Ticket;
 use serde_json::Value;
@@ -40,12 +47,19 @@ where
     Fut: Future<Output = Result<(), JobError>> + Send + 'static,
 {
     fn call(&self, job: Job) -> BoxFuture<Outcome> {
+        let output = job.output.clone();
         let fut = self(job);
         Box::pin(async move {
-            match fut.await {
-                Ok(()) => Outcome::succeeded(),
+            let result = fut.await;
+            let output = output.lock().unwrap_or_else(|e| e.into_inner()).take();
+            match result {
+                Ok(()) => Outcome {
+                    output,
+                    ..Outcome::succeeded()
+                },
                 Err(e) => Outcome {
                     permanent: e.permanent,
+                    output,
                     ..Outcome::failed(e.message)
                 },
             }
@@ -97,6 +111,8 @@ pub struct Job {
     ticket: Ticket,
     cancel: CancellationToken,
     reporter: Reporter,
+    /// What `set_output` left, read when the handler returns.
+    output: Arc<Mutex<Option<String>>>,
 }
 
 impl Job {
@@ -105,7 +121,15 @@ impl Job {
             ticket,
             cancel,
             reporter,
+            output: Arc::default(),
         }
+    }
+
+    /// What this attempt reports as its output when the handler returns (the last value set
+    /// wins; the agent keeps at most 64 KiB). Shown with the attempt; a workflow step's output
+    /// reaches the steps after it in their payload's `upstream`, as JSON when it is JSON.
+    pub fn set_output(&self, output: impl Into<String>) {
+        *self.output.lock().unwrap_or_else(|e| e.into_inner()) = Some(output.into());
     }
 
     pub fn ticket(&self) -> &Ticket {

@@ -37,6 +37,9 @@ pub enum ClientCommand {
     Workers(Plain),
     /// API tokens for one tenant or an admin: list, create (the token is shown once), revoke.
     Tokens(Tokens),
+    /// Workflows (steps that wait for each other): create, list, get, pause, resume, trigger,
+    /// delete; their runs, one run, and retrying a failed run.
+    Workflows(super::workflows::Workflows),
 }
 
 #[derive(Args, Debug)]
@@ -126,9 +129,9 @@ struct JobId {
     id: String,
 }
 
-/// A page of a listing that can be limited to one tenant (jobs, dead letters).
+/// A page of a listing that can be limited to one tenant (jobs, workflows, dead letters).
 #[derive(Args, Debug)]
-struct TenantPage {
+pub(super) struct TenantPage {
     /// Only this tenant's.
     #[arg(long)]
     tenant: Option<String>,
@@ -142,7 +145,7 @@ struct TenantPage {
 
 impl TenantPage {
     /// `GET /v1/{resource}` of this page, printed, with the next page's hint.
-    async fn show(
+    pub(super) async fn show(
         self,
         api: &ApiArgs,
         resource: &str,
@@ -264,6 +267,7 @@ pub async fn run(command: ClientCommand) -> Result<(), ClientError> {
         ClientCommand::Nodes(p) => show(&p.api, "nodes", output::nodes).await,
         ClientCommand::Workers(p) => show(&p.api, "workers", output::workers).await,
         ClientCommand::Tokens(t) => tokens(&t.api, t.verb).await,
+        ClientCommand::Workflows(w) => super::workflows::run(w).await,
     }
 }
 

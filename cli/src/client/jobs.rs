@@ -139,18 +139,7 @@ impl CreateArgs {
     pub fn body(&self) -> Result<Value, ClientError> {
         let base = match self.file.as_deref() {
             None => Value::Object(Map::new()),
-            Some("-") => {
-                let mut text = String::new();
-                std::io::stdin()
-                    .read_to_string(&mut text)
-                    .map_err(|e| ClientError::Usage(format!("cannot read stdin: {e}")))?;
-                parse_body("stdin", &text)?
-            }
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| ClientError::Usage(format!("cannot read {path}: {e}")))?;
-                parse_body(path, &text)?
-            }
+            Some(file) => read_body(file)?,
         };
         self.apply(base)
     }
@@ -263,6 +252,20 @@ fn member<'a>(
         .or_insert_with(|| json!({}))
         .as_object_mut()
         .ok_or_else(|| ClientError::Usage(format!("`{key}` of the job body is not an object")))
+}
+
+/// A request body from the file `file` (`-`: stdin), JSON or TOML (`parse_body`).
+pub fn read_body(file: &str) -> Result<Value, ClientError> {
+    if file == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|e| ClientError::Usage(format!("cannot read stdin: {e}")))?;
+        return parse_body("stdin", &text);
+    }
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| ClientError::Usage(format!("cannot read {file}: {e}")))?;
+    parse_body(file, &text)
 }
 
 /// A job body from a file's text: TOML when the file is `.toml` or the text does not start with

@@ -1,5 +1,5 @@
 //! The client verbs of `chronoshard` (`jobs`, `runs`, `tickets`, `dlq`, `preview`, `shards`,
-//! `nodes`, `workers`): calls of the REST API for operators and scripts.
+//! `nodes`, `workers`, `tokens`, `workflows`): calls of the REST API for operators and scripts.
 //!
 //! This module owns the settings every verb shares (where the API is, the token, the output
 //! format: [`ApiArgs`]), the client's error type and the one mapping from an error to the
@@ -8,6 +8,7 @@
 //! - `http`: the HTTP client (bearer token, problem documents);
 //! - `commands`: the verbs, one function each;
 //! - `jobs`: the body of `jobs create` from a JSON or TOML file and flags;
+//! - `workflows`: the `workflows` verbs;
 //! - `output`: tables for people, the API's JSON as-is for scripts.
 //!
 //! A new resource (e.g. `tokens list|create|revoke`) is a variant of [`ClientCommand`], a
@@ -18,6 +19,7 @@ mod http;
 mod jobs;
 mod output;
 mod profile;
+mod workflows;
 
 use std::path::PathBuf;
 

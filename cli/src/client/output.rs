@@ -288,6 +288,119 @@ pub fn runs(page: &Value) -> String {
     t.render()
 }
 
+/// `GET /v1/workflows`: a page of workflows.
+pub fn workflows(page: &Value) -> String {
+    let mut t = Table::new(&[
+        "ID", "TENANT", "NAME", "STATE", "SCHEDULE", "STEPS", "NEXT RUN",
+    ]);
+    for w in page["workflows"].as_array().into_iter().flatten() {
+        t.row(vec![
+            cell(&w["id"]),
+            cell(&w["tenant"]),
+            cut(&w["name"], 40),
+            cell(&w["state"]),
+            schedule(&w["schedule"]),
+            w["steps"].as_array().map_or(0, Vec::len).to_string(),
+            cell(&w["next_fire_times"][0]),
+        ]);
+    }
+    t.render()
+}
+
+/// One workflow, a field a line, then its steps.
+pub fn workflow(w: &Value) -> String {
+    let mut out = fields(&[
+        ("id", cell(&w["id"])),
+        ("tenant", cell(&w["tenant"])),
+        ("name", cell(&w["name"])),
+        ("state", cell(&w["state"])),
+        ("shard", cell(&w["shard"])),
+        ("schedule", schedule(&w["schedule"])),
+        ("fail fast", cell(&w["fail_fast"])),
+        ("overlap", cell(&w["overlap"])),
+        ("priority", cell(&w["priority"])),
+        ("next runs", list(&w["next_fire_times"])),
+    ]);
+    let mut t = Table::new(&["STEP", "AFTER", "TARGET", "RETRY", "TIMEOUT"]);
+    for s in w["steps"].as_array().into_iter().flatten() {
+        t.row(vec![
+            cell(&s["name"]),
+            cell(&s["after"]),
+            cut(&Value::String(target(&s["target"])), 60),
+            retry(&s["retry"]),
+            cell(&s["timeout"]),
+        ]);
+    }
+    out.push('\n');
+    out.push_str(&t.render());
+    out
+}
+
+/// How many of a run's steps are in each state: `5 succeeded, 2 waiting`.
+fn step_counts(run: &Value) -> String {
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for s in run["steps"].as_array().into_iter().flatten() {
+        let status = cell(&s["status"]);
+        match counts.iter_mut().find(|(k, _)| *k == status) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((status, 1)),
+        }
+    }
+    let parts: Vec<String> = counts.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    parts.join(", ")
+}
+
+/// `GET /v1/workflows/{id}/runs`: a page of runs, newest first.
+pub fn workflow_runs(page: &Value) -> String {
+    let mut t = Table::new(&["RUN", "SCHEDULED", "STATUS", "STEPS"]);
+    for r in page["runs"].as_array().into_iter().flatten() {
+        t.row(vec![
+            cell(&r["run_id"]),
+            cell(&r["scheduled_at"]),
+            cell(&r["status"]),
+            step_counts(r),
+        ]);
+    }
+    t.render()
+}
+
+/// One workflow run: its fields, then a line per step.
+pub fn workflow_run(r: &Value) -> String {
+    let mut out = fields(&[
+        ("run", cell(&r["run_id"])),
+        ("workflow", cell(&r["workflow_id"])),
+        ("scheduled", cell(&r["scheduled_at"])),
+        ("status", cell(&r["status"])),
+        ("steps", step_counts(r)),
+    ]);
+    let mut t = Table::new(&[
+        "STEP", "STATUS", "ATTEMPTS", "TICKET", "STARTED", "FINISHED", "REASON",
+    ]);
+    for s in r["steps"].as_array().into_iter().flatten() {
+        let last_error = s["attempts"]
+            .as_array()
+            .and_then(|a| a.last())
+            .map_or(Value::Null, |a| a["error"].clone());
+        let reason = if s["reason"].is_null() {
+            last_error
+        } else {
+            s["reason"].clone()
+        };
+        t.row(vec![
+            cell(&s["name"]),
+            cell(&s["status"]),
+            s["attempts"].as_array().map_or(0, Vec::len).to_string(),
+            cell(&s["ticket_id"]),
+            cell(&s["started_at"]),
+            cell(&s["finished_at"]),
+            cut(&reason, 60),
+        ]);
+    }
+    out.push('\n');
+    out.push_str(&t.render());
+    out
+}
+
 /// One ticket and its attempts.
 pub fn ticket(v: &Value) -> String {
     let mut out = fields(&[

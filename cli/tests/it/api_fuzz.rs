@@ -61,7 +61,13 @@ async fn the_api_answers_what_its_document_promises_to_generated_input() {
     );
     // It really ran: operations tested, cases generated, none failed.
     let summary = said.rsplit("SUMMARY").next().unwrap_or_default();
-    assert!(summary.contains("Tested: 2"), "{summary}");
+    let tested: u32 = summary
+        .split("Tested: ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(tested >= 20, "{summary}");
     assert!(summary.contains("passed"), "{summary}");
     eprintln!("{summary}");
     p.stop().await.unwrap();

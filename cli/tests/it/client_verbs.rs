@@ -11,26 +11,26 @@ use serde_json::{json, Value};
 
 /// What one run of the binary did.
 #[derive(Debug)]
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Out {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
 }
 
 impl Out {
-    fn json(&self) -> Value {
+    pub fn json(&self) -> Value {
         serde_json::from_str(&self.stdout)
             .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
     }
 
     /// Exit 0, or fail showing what it printed.
-    fn ok(self) -> Out {
+    pub fn ok(self) -> Out {
         assert_eq!(self.code, 0, "{self:?}");
         self
     }
 
     /// Failed with `code` and said why in one line on stderr, starting with `prefix`.
-    fn failed(self, code: i32, prefix: &str) -> Out {
+    pub fn failed(self, code: i32, prefix: &str) -> Out {
         assert_eq!(self.code, code, "{self:?}");
         assert_eq!(self.stderr.lines().count(), 1, "one line: {self:?}");
         assert!(self.stderr.starts_with(prefix), "{self:?}");
@@ -76,20 +76,20 @@ async fn run_in(home: &Path, env: &[(&str, &str)], args: &[&str], stdin: Option<
 }
 
 /// A runner with the platform's URL and token as flags.
-struct Cli<'a> {
+pub(crate) struct Cli<'a> {
     p: &'a Platform,
     home: tempfile::TempDir,
 }
 
 impl Cli<'_> {
-    fn new(p: &Platform) -> Cli<'_> {
+    pub fn new(p: &Platform) -> Cli<'_> {
         Cli {
             p,
             home: tempfile::tempdir().unwrap(),
         }
     }
 
-    async fn run(&self, args: &[&str]) -> Out {
+    pub async fn run(&self, args: &[&str]) -> Out {
         self.run_stdin(args, None).await
     }
 
@@ -100,14 +100,14 @@ impl Cli<'_> {
     }
 
     /// `ARGS -o json`, which must succeed; its JSON.
-    async fn json(&self, args: &[&str]) -> Value {
+    pub async fn json(&self, args: &[&str]) -> Value {
         let mut all = args.to_vec();
         all.extend(["-o", "json"]);
         self.run(&all).await.ok().json()
     }
 }
 
-const UNKNOWN: &str = "0190a0a0-0000-7000-8000-000000000000";
+pub(crate) const UNKNOWN: &str = "0190a0a0-0000-7000-8000-000000000000";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn jobs_are_created_listed_read_paused_resumed_triggered_and_deleted() {

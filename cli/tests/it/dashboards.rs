@@ -397,7 +397,7 @@ async fn check_fallbacks(
 }
 
 /// Jobs that succeed, fail into retries and dead letters, overlap a slow run (skipped and
-/// replaced), a refused create and a malformed ticket. Returns the failing and the slow sink.
+/// replaced), a workflow, a refused create and a malformed ticket. Returns the failing and the slow sink.
 async fn load(d: &Deployment, api: &Api) -> [HttpSink; 2] {
     let failing = HttpSink::start().await.unwrap();
     failing.respond_with(500);
@@ -419,6 +419,16 @@ async fn load(d: &Deployment, api: &Api) -> [HttpSink; 2] {
         job["overlap"] = json!(overlap);
         api.create(&job).await;
     }
+    // A workflow whose runs succeed: its second step is released by the first one's end.
+    let step = |name: &str, after: &[&str]| json!({"name": name, "target": d.target("wf"), "after": after});
+    let (status, w) = api
+        .post(
+            "/v1/workflows",
+            &json!({"tenant": "ok-1", "name": "flow", "schedule": {"every": "2s"},
+                    "steps": [step("a", &[]), step("b", &["a"])]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{w}");
     let (status, _) = api
         .post(
             "/v1/jobs",

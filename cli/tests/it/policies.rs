@@ -94,21 +94,10 @@ async fn catch_up_latest_fires_the_newest_missed_occurrence_and_skip_fires_none(
     })
     .await
     .unwrap();
-    p.stop().await.unwrap();
-    let down_at = Utc::now();
-    wait_for(
-        "six occurrences to fall due during the downtime",
-        LONG,
-        || async { (Utc::now() - down_at > chrono::Duration::seconds(6)).then_some(()) },
-    )
-    .await
-    .unwrap();
-    // Occurrences due in (down_at, late_before) are more than 2 s late whenever a shard opens.
-    let late_before = Utc::now() - chrono::Duration::seconds(2);
-    let p = platform(dir.path()).await;
-    let up_at = Utc::now();
+    let (p, down) = Downtime::of(p, dir.path()).await;
+    let (down_at, late_before, up_at) = (down.down_at, down.late_before, down.up_at);
     let api = Api::new(&p);
-    let late = |t: &DateTime<Utc>| *t > down_at && *t < late_before;
+    let late = |t: &DateTime<Utc>| down.late(t);
     for (policy, job) in &jobs {
         wait_for("a run due after the restart", LONG, || async {
             api.past_runs(job)

@@ -607,3 +607,48 @@ async fn a_queue_starts_no_more_tickets_per_second_than_its_rate() {
     stop.cancel();
     p.stop().await.unwrap();
 }
+
+/// A workflow whose steps are SDK handlers: what a handler sets as its output reaches the step
+/// after it in `upstream`, as JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_handlers_output_reaches_the_next_workflow_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = platform_with(dir.path(), |o| o.workers = 0).await;
+    let api = Api::new(&p);
+    let got = Arc::new(std::sync::Mutex::new(None));
+    let seen = got.clone();
+    let handlers = Handlers::new()
+        .job_type("steps", "count", |job: Job| async move {
+            job.set_output(json!({"rows": 7}).to_string());
+            Ok(())
+        })
+        .job_type("steps", "sum", move |job: Job| {
+            let seen = seen.clone();
+            async move {
+                *seen.lock().unwrap() = Some(job.payload().clone());
+                Ok(())
+            }
+        });
+    let (stop, task) = sdk_worker(&p, &dir.path().join("w"), "sdk-1", handlers).await;
+    let step = |name: &str, after: &[&str]| {
+        json!({"name": name, "target": {"type": "queue", "queue": "steps", "job_type": name},
+               "after": after})
+    };
+    let (status, w) = api
+        .post(
+            "/v1/workflows",
+            &json!({"tenant": "acme", "name": "sdk", "schedule": {"delay": "0s"},
+                    "steps": [step("count", &[]), step("sum", &["count"])]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{w}");
+    let payload = wait_for("the second step to run", LONG, || async {
+        got.lock().unwrap().clone()
+    })
+    .await
+    .unwrap();
+    assert_eq!(payload, json!({"upstream": {"count": {"rows": 7}}}));
+    stop.cancel();
+    task.await.unwrap();
+    p.stop().await.unwrap();
+}

@@ -38,11 +38,13 @@ pub enum Caller {
     Tenant(Arc<str>),
 }
 
-/// The `/v1` paths a tenant token may use: its jobs, runs and tickets, its dead letters, its
-/// tenant, schedule previews. Everything else (cluster, nodes, shards, workers, settings,
+/// The `/v1` paths a tenant token may use: its jobs, workflows, runs and tickets, its dead
+/// letters, its tenant, schedule previews. Everything else (cluster, nodes, shards, workers, settings,
 /// plugins, tokens, and any path added later) is the admin's.
 const TENANT_PATHS: &[&str] = &[
     "/v1/jobs",
+    "/v1/workflows",
+    "/v1/workflow-runs/",
     "/v1/tickets/",
     "/v1/dlq",
     "/v1/tenants/",
@@ -263,7 +265,8 @@ pub(super) async fn authenticate(
             resp
         }
         Some(c) if !c.may_use(path) => ApiError::Forbidden(
-            "a tenant token reaches its tenant's jobs, runs, tickets and dead letters only".into(),
+            "a tenant token reaches its tenant's jobs, workflows, runs, tickets and dead letters only"
+                .into(),
         )
         .into_response(),
         Some(c) => {
@@ -335,6 +338,9 @@ mod tests {
         for path in [
             "/v1/jobs",
             "/v1/jobs/x/runs",
+            "/v1/workflows",
+            "/v1/workflows/x/runs",
+            "/v1/workflow-runs/x/retry",
             "/v1/tickets/x",
             "/v1/dlq",
             "/v1/dlq/x/replay",

@@ -85,8 +85,9 @@ pub mod kinds {
         status: StatusCode::FORBIDDEN,
         code: "forbidden",
         title: "Forbidden",
-        when: "a tenant token on an admin endpoint, or creating a job of another tenant",
-        applies: AdminOnlyAnd(&["create_job"]),
+        when:
+            "a tenant token on an admin endpoint, or creating a job or workflow of another tenant",
+        applies: AdminOnlyAnd(&["create_job", "create_workflow"]),
     };
     pub const NOT_FOUND: Kind = Kind {
         status: StatusCode::NOT_FOUND,
@@ -106,6 +107,12 @@ pub mod kinds {
             "pause_job",
             "resume_job",
             "trigger_job",
+            "patch_workflow",
+            "delete_workflow",
+            "pause_workflow",
+            "resume_workflow",
+            "trigger_workflow",
+            "retry_workflow_run",
             "replay",
             "trigger_tenant",
             "put_settings",
@@ -118,8 +125,8 @@ pub mod kinds {
         status: StatusCode::UNPROCESSABLE_ENTITY,
         code: "idempotency_key_reused",
         title: "Idempotency-Key reused",
-        when: "the tenant used this Idempotency-Key for a different job",
-        applies: Only(&["create_job"]),
+        when: "the tenant used this Idempotency-Key for a different job or workflow",
+        applies: Only(&["create_job", "create_workflow"]),
     };
     pub const UNAVAILABLE: Kind = Kind {
         status: StatusCode::SERVICE_UNAVAILABLE,
@@ -168,14 +175,14 @@ pub mod kinds {
         code: "rate_limited",
         title: "Too many creates",
         when: "the tenant creates faster than its rate; `Retry-After` says when one fits",
-        applies: Only(&["create_job"]),
+        applies: Only(&["create_job", "create_workflow"]),
     };
     pub const QUOTA_EXCEEDED: Kind = Kind {
         status: StatusCode::TOO_MANY_REQUESTS,
         code: "quota_exceeded",
         title: "Job quota reached",
-        when: "the tenant has as many jobs as its quota allows",
-        applies: Only(&["create_job"]),
+        when: "the tenant has as many jobs as its quota allows (a workflow counts as one)",
+        applies: Only(&["create_job", "create_workflow"]),
     };
     pub const INTERNAL: Kind = Kind {
         status: StatusCode::INTERNAL_SERVER_ERROR,

@@ -79,7 +79,7 @@ pub(super) fn limit(l: Option<u32>) -> Result<u32, ApiError> {
     }
 }
 
-fn job_reply(reply: ShardReply) -> Result<(Job, bool), ApiError> {
+pub(super) fn job_reply(reply: ShardReply) -> Result<(Job, bool), ApiError> {
     match reply {
         ShardReply::Job { job, created } => Ok((job, created)),
         other => Err(ApiError::Internal(format!(
@@ -101,32 +101,15 @@ pub async fn create_job(
     JsonBody(spec): JsonBody<JobSpec>,
 ) -> Result<impl IntoResponse, ApiError> {
     let start = std::time::SystemTime::now();
+    if spec.workflow.is_some() {
+        return Err(not_a_job_field());
+    }
     // Checked here too, so a bad request never reaches a shard.
     check_job(&spec, Utc::now()).map_err(|e| ApiError::field(e.field, e.message))?;
     caller.may_create_in(&spec.tenant)?;
     body::check_payload(&spec.payload)?;
-    let key = match headers.get("idempotency-key") {
-        Some(v) => Some(
-            v.to_str()
-                .ok()
-                .filter(|k| !k.is_empty() && k.len() <= 255)
-                .ok_or_else(|| {
-                    ApiError::field("Idempotency-Key", "must be 1-255 visible ASCII characters")
-                })?
-                .to_string(),
-        ),
-        None => None,
-    };
-    let job_id = state.router.mint_job_id(&spec.tenant, key.as_deref());
-    if state.router.job_ids() == JobIds::Indexed {
-        // Indexed first: an index entry whose create failed is harmless (the job reads as not
-        // found), a job without an entry would be unreachable by id.
-        state
-            .cluster
-            .index_job(&job_id.to_string(), &spec.tenant)
-            .await
-            .map_err(|e| ApiError::Unavailable(e.to_string()))?;
-    }
+    let key = idempotency_key(&headers)?;
+    let job_id = new_job_id(&state, &spec.tenant, key.as_deref()).await?;
     let (job_id, reply) = create_call(&state, job_id, spec, key).await?;
     let (job, created) = job_reply(reply)?;
     // A create resent after a timeout finds the job its first copy created: still this
@@ -146,11 +129,46 @@ pub async fn create_job(
     ))
 }
 
+/// The id of a job (or workflow) about to be created. In a cluster whose ids carry no routing
+/// key it is indexed first: an index entry whose create failed is harmless (the job reads as not
+/// found), a job without an entry would be unreachable by id.
+pub(super) async fn new_job_id(
+    state: &AppState,
+    tenant: &str,
+    key: Option<&str>,
+) -> Result<Uuid, ApiError> {
+    let job_id = state.router.mint_job_id(tenant, key);
+    if state.router.job_ids() == JobIds::Indexed {
+        state
+            .cluster
+            .index_job(&job_id.to_string(), tenant)
+            .await
+            .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+    }
+    Ok(job_id)
+}
+
+/// The request's `Idempotency-Key` header, if any.
+pub(super) fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    match headers.get("idempotency-key") {
+        Some(v) => Ok(Some(
+            v.to_str()
+                .ok()
+                .filter(|k| !k.is_empty() && k.len() <= 255)
+                .ok_or_else(|| {
+                    ApiError::field("Idempotency-Key", "must be 1-255 visible ASCII characters")
+                })?
+                .to_string(),
+        )),
+        None => Ok(None),
+    }
+}
+
 /// Sends a create to its shard: the tenant's, or in a time_window cluster the job's own (its id
 /// says which). There, a shard holding its part of the tenant's job quota refuses; a create
 /// without an idempotency key then goes to another shard with a new id, until one has room or
 /// every shard refused. Returns the id that was created.
-async fn create_call(
+pub(super) async fn create_call(
     state: &AppState,
     mut job_id: Uuid,
     spec: JobSpec,
@@ -261,7 +279,19 @@ pub async fn list_jobs(
 ) -> Result<Json<JobPage>, ApiError> {
     let limit = limit(q.limit)?;
     let tenant = caller.scope(q.tenant.as_deref())?;
-    let after = match &q.cursor {
+    let (jobs, next_cursor) = list(&state, tenant, q.cursor.as_deref(), limit, false).await?;
+    Ok(Json(JobPage { jobs, next_cursor }))
+}
+
+/// A page of jobs (or of workflows' jobs) from every shard the listing may span, by id.
+pub(super) async fn list(
+    state: &AppState,
+    tenant: Option<&str>,
+    cursor: Option<&str>,
+    limit: u32,
+    workflows: bool,
+) -> Result<(Vec<Job>, Option<String>), ApiError> {
+    let after = match cursor {
         Some(c) => Some(
             Uuid::parse_str(c)
                 .map_err(|_| ApiError::field("cursor", "not a cursor returned by this API"))?,
@@ -272,8 +302,9 @@ pub async fn list_jobs(
         tenant: tenant.map(str::to_string),
         after,
         limit,
+        workflows,
     };
-    let replies = tenant_or_all(&state, tenant, &req).await?;
+    let replies = tenant_or_all(state, tenant, &req).await?;
     let mut jobs = Vec::new();
     for r in replies {
         match r? {
@@ -293,7 +324,7 @@ pub async fn list_jobs(
     let next_cursor = (jobs.len() == limit as usize)
         .then(|| jobs.last().map(|j| j.id.to_string()))
         .flatten();
-    Ok(Json(JobPage { jobs, next_cursor }))
+    Ok((jobs, next_cursor))
 }
 
 /// Where an existing job lives: by its id, or in an older cluster by its tenant from the job
@@ -313,7 +344,7 @@ async fn job_route(state: &AppState, id: Uuid) -> Result<Route<'static>, ApiErro
 
 /// Sends a request about job `id` to its shard. For a tenant token the job is read first, and
 /// one of another tenant answers 404 like a job that does not exist.
-async fn job_call(
+pub(super) async fn job_call(
     state: &AppState,
     caller: &Caller,
     id: Uuid,
@@ -337,6 +368,14 @@ async fn job_call(
     Ok(state.router.call(route, &req).await?)
 }
 
+/// The `workflow` field is a workflow's, never a job's.
+fn not_a_job_field() -> ApiError {
+    ApiError::field(
+        "workflow",
+        "unknown field: workflows are created and changed at /v1/workflows",
+    )
+}
+
 /// Read a job.
 #[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = Uuid, Path)),
     responses((status = 200, body = Job)),
@@ -346,9 +385,12 @@ pub async fn get_job(
     caller: Caller,
     PathId(id): PathId,
 ) -> Result<Json<Job>, ApiError> {
-    Ok(Json(
-        job_reply(job_call(&state, &caller, id, ShardRequest::GetJob { job_id: id }).await?)?.0,
-    ))
+    let (job, _) =
+        job_reply(job_call(&state, &caller, id, ShardRequest::GetJob { job_id: id }).await?)?;
+    if job.spec.workflow.is_some() {
+        return Err(ApiError::NotFound("job"));
+    }
+    Ok(Json(job))
 }
 
 /// Change a job. A new schedule recomputes future occurrences; ticketed ones run as they are.
@@ -363,6 +405,9 @@ pub async fn patch_job(
 ) -> Result<Json<Job>, ApiError> {
     if let Some(payload) = &patch.payload {
         body::check_payload(payload)?;
+    }
+    if patch.workflow.is_some() {
+        return Err(not_a_job_field());
     }
     Ok(Json(
         job_reply(

@@ -19,6 +19,7 @@ pub mod spec;
 pub mod tenants;
 pub mod tokens;
 pub mod workers;
+pub mod workflows;
 
 use std::{sync::Arc, time::Instant};
 
@@ -94,6 +95,7 @@ Errors are application/problem+json (RFC 9457) with a stable `code`; input error
     components(schemas(Problem)),
     tags(
         (name = "jobs", description = "Jobs, their runs and tickets"),
+        (name = "workflows", description = "Workflows: steps that wait for each other as a graph, their runs, and retrying a failed run"),
         (name = "dlq", description = "Dead letters: tickets whose attempts ran out, and their replay"),
         (name = "tenants", description = "Tenant-wide pause, resume and trigger"),
         (name = "schedule", description = "Schedule evaluation"),
@@ -126,6 +128,21 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(jobs::trigger_job))
         .routes(routes!(jobs::list_runs))
         .routes(routes!(jobs::get_ticket))
+        .routes(routes!(
+            workflows::create_workflow,
+            workflows::list_workflows
+        ))
+        .routes(routes!(
+            workflows::get_workflow,
+            workflows::patch_workflow,
+            workflows::delete_workflow
+        ))
+        .routes(routes!(workflows::pause_workflow))
+        .routes(routes!(workflows::resume_workflow))
+        .routes(routes!(workflows::trigger_workflow))
+        .routes(routes!(workflows::list_workflow_runs))
+        .routes(routes!(workflows::get_workflow_run))
+        .routes(routes!(workflows::retry_workflow_run))
         .routes(routes!(dlq::list_dead_letters))
         .routes(routes!(dlq::replay))
         .routes(routes!(tenants::get_tenant))

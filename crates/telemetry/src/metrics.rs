@@ -48,6 +48,8 @@ pub const DB_CONNECTIONS: &str = "chronoshard_db_connections";
 pub const NODE_HEARTBEAT_AGE: &str = "chronoshard_node_heartbeat_age_seconds";
 pub const TENANT_MOVES: &str = "chronoshard_tenant_moves_total";
 pub const JOB_HANDOFFS: &str = "chronoshard_job_handoffs_total";
+pub const WORKFLOW_STEPS: &str = "chronoshard_workflow_steps_total";
+pub const WORKFLOW_RUNS: &str = "chronoshard_workflow_runs_total";
 pub const TENANT_MOVE_SECONDS: &str = "chronoshard_tenant_move_seconds";
 pub const GROWTH_SHARDS_PENDING: &str = "chronoshard_growth_shards_pending";
 
@@ -361,6 +363,27 @@ pub static JOB_HANDOFFS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
         JOB_HANDOFFS,
         "jobs handed between shards at a layout's edge, by shard and step",
         &["shard", "step"]
+    )
+    .expect("metric")
+});
+/// Workflow steps a run's advance acted on, by shard and what it did: `released` (dispatched once
+/// every step it waits for succeeded), `skipped` (a step it depends on failed for good, or the
+/// run failed fast), `cancelled` (stopped in progress by `fail_fast`).
+pub static WORKFLOW_STEPS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        WORKFLOW_STEPS,
+        "workflow steps released, skipped or cancelled, by shard and state",
+        &["shard", "state"]
+    )
+    .expect("metric")
+});
+/// Workflow runs that ended, by shard and final state (`succeeded`, `dead`, `failed`,
+/// `cancelled`).
+pub static WORKFLOW_RUNS_TOTAL: LazyLock<IntCounterVec> = LazyLock::new(|| {
+    register_int_counter_vec!(
+        WORKFLOW_RUNS,
+        "workflow runs ended, by shard and state",
+        &["shard", "state"]
     )
     .expect("metric")
 });

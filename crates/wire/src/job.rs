@@ -44,12 +44,17 @@ pub struct JobSpec {
     #[serde(default = "default_items")]
     #[schema(minimum = 1, maximum = 1000)]
     pub shard_items: u32,
+    /// Set on the job a shard keeps for a workflow (its steps are the occurrence's items); never
+    /// part of a job's API: `POST /v1/jobs` refuses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(ignore)]
+    pub workflow: Option<crate::workflow::WorkflowDef>,
 }
 
-fn default_timeout() -> Dur {
+pub(crate) fn default_timeout() -> Dur {
     Dur(std::time::Duration::from_secs(30))
 }
-fn default_priority() -> u8 {
+pub(crate) fn default_priority() -> u8 {
     5
 }
 fn default_items() -> u32 {
@@ -315,6 +320,10 @@ pub struct JobPatch {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, maximum = 1000)]
     pub shard_items: Option<u32>,
+    /// A workflow's new steps (`PATCH /v1/workflows/{id}`); never part of a job's API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(ignore)]
+    pub workflow: Option<crate::workflow::WorkflowDef>,
 }
 
 impl JobPatch {
@@ -336,6 +345,10 @@ impl JobPatch {
             priority,
             shard_items
         );
+        if let Some(w) = &self.workflow {
+            s.shard_items = w.steps.len() as u32;
+            s.workflow = Some(w.clone());
+        }
         s
     }
 }
@@ -401,8 +414,9 @@ const RESERVED_HEADERS: [&str; 9] = [
 /// An HTTP target's headers: at most `MAX_HEADERS`, names HTTP tokens of up to 128 characters and
 /// none the platform sets (`RESERVED_HEADERS`, `X-Chronoshard-*`), values up to 4096 visible
 /// characters. Refused at create, so no attempt fails on them later.
-fn check_headers(headers: &BTreeMap<String, String>) -> Result<(), FieldError> {
-    let field = "target.headers";
+fn check_headers(at: &str, headers: &BTreeMap<String, String>) -> Result<(), FieldError> {
+    let field = format!("{at}.headers");
+    let field = field.as_str();
     if headers.len() > MAX_HEADERS {
         return Err(FieldError::new(
             field,
@@ -504,6 +518,14 @@ impl ScheduleSpec {
 }
 
 impl JobSpec {
+    /// The retry policy of the occurrence item `item`: a workflow's step's own, else the job's.
+    pub fn retry_of(&self, item: u32) -> &RetrySpec {
+        self.workflow
+            .as_ref()
+            .and_then(|w| w.steps.get(item as usize))
+            .map_or(&self.retry, |s| &s.retry)
+    }
+
     /// Checks every field but what only compiling the schedule tells (a cron expression's
     /// syntax, a time zone's name, an interval's size): `chronoshard_schedule::spec::check_job`
     /// does both.
@@ -513,65 +535,98 @@ impl JobSpec {
             return Err(FieldError::new("name", "must be 1-200 characters"));
         }
         self.schedule.kind()?;
-        match &self.target {
-            TargetSpec::Http {
-                url,
-                method,
-                headers,
-            } => {
-                check_headers(headers)?;
-                let ok = url.starts_with("http://") || url.starts_with("https://");
-                if !ok || url.len() > 2048 {
-                    return Err(FieldError::new(
-                        "target.url",
-                        "must be an http:// or https:// URL",
-                    ));
-                }
-                const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
-                if !METHODS.contains(&method.as_str()) {
-                    return Err(FieldError::new(
-                        "target.method",
-                        "must be one of GET, POST, PUT, PATCH, DELETE",
-                    ));
-                }
-            }
-            TargetSpec::Shell { command, .. } if command.trim().is_empty() => {
-                return Err(FieldError::new("target.command", "must not be empty"));
-            }
-            TargetSpec::Shell { .. } => {}
-            TargetSpec::Queue { queue, .. } if queue == "http" || queue == "shell" => {
-                return Err(FieldError::new(
-                    "target.queue",
-                    "http and shell are the built-in executors' queues: use an http or shell target",
-                ));
-            }
-            TargetSpec::Queue { queue, job_type } => {
-                check_token("target.queue", queue, 64)?;
-                if let Some(t) = job_type {
-                    check_token("target.job_type", t, 64)?;
-                }
-            }
-        }
-        if !(1..=100).contains(&self.retry.max_attempts) {
-            return Err(FieldError::new("retry.max_attempts", "must be 1-100"));
-        }
-        if self.retry.initial > self.retry.max {
-            return Err(FieldError::new(
-                "retry.initial",
-                "must not exceed retry.max",
-            ));
-        }
-        if self.timeout.0.is_zero() {
-            return Err(FieldError::new("timeout", "must be greater than 0"));
-        }
+        check_target("target", &self.target)?;
+        check_retry("retry", &self.retry)?;
+        check_timeout("timeout", self.timeout)?;
         if self.priority > 9 {
             return Err(FieldError::new("priority", "must be 0-9"));
         }
         if !(1..=1000).contains(&self.shard_items) {
             return Err(FieldError::new("shard_items", "must be 1-1000"));
         }
+        if let Some(w) = &self.workflow {
+            w.validate()?;
+            if self.shard_items as usize != w.steps.len() {
+                return Err(FieldError::new(
+                    "shard_items",
+                    "a workflow's items are its steps: change them with PATCH /v1/workflows/{id}",
+                ));
+            }
+        }
         Ok(())
     }
+}
+
+/// Checks a target's fields; `at` is the target's path (`target`, `steps[2].target`).
+pub(crate) fn check_target(at: &str, target: &TargetSpec) -> Result<(), FieldError> {
+    match target {
+        TargetSpec::Http {
+            url,
+            method,
+            headers,
+        } => {
+            check_headers(at, headers)?;
+            let ok = url.starts_with("http://") || url.starts_with("https://");
+            if !ok || url.len() > 2048 {
+                return Err(FieldError::new(
+                    format!("{at}.url"),
+                    "must be an http:// or https:// URL",
+                ));
+            }
+            const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
+            if !METHODS.contains(&method.as_str()) {
+                return Err(FieldError::new(
+                    format!("{at}.method"),
+                    "must be one of GET, POST, PUT, PATCH, DELETE",
+                ));
+            }
+        }
+        TargetSpec::Shell { command, .. } if command.trim().is_empty() => {
+            return Err(FieldError::new(
+                format!("{at}.command"),
+                "must not be empty",
+            ));
+        }
+        TargetSpec::Shell { .. } => {}
+        TargetSpec::Queue { queue, .. } if queue == "http" || queue == "shell" => {
+            return Err(FieldError::new(
+                format!("{at}.queue"),
+                "http and shell are the built-in executors' queues: use an http or shell target",
+            ));
+        }
+        TargetSpec::Queue { queue, job_type } => {
+            check_token(&format!("{at}.queue"), queue, 64)?;
+            if let Some(t) = job_type {
+                check_token(&format!("{at}.job_type"), t, 64)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks a retry policy; `at` is its path.
+pub(crate) fn check_retry(at: &str, retry: &RetrySpec) -> Result<(), FieldError> {
+    if !(1..=100).contains(&retry.max_attempts) {
+        return Err(FieldError::new(
+            format!("{at}.max_attempts"),
+            "must be 1-100",
+        ));
+    }
+    if retry.initial > retry.max {
+        return Err(FieldError::new(
+            format!("{at}.initial"),
+            format!("must not exceed {at}.max"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a per-attempt timeout; `at` is its path.
+pub(crate) fn check_timeout(at: &str, timeout: Dur) -> Result<(), FieldError> {
+    if timeout.0.is_zero() {
+        return Err(FieldError::new(at, "must be greater than 0"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

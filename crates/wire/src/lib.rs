@@ -19,6 +19,7 @@ pub mod strategy;
 pub mod ticket;
 pub mod token;
 pub mod warning;
+pub mod workflow;
 
 pub use duration::Dur;
 pub use job::{
@@ -28,6 +29,9 @@ pub use job::{
 pub use ticket::{
     trace_id_of, AttemptView, DeadLetter, ResultKind, RunStatus, RunView, Ticket, TicketResult,
     TicketView, PROTOCOL_VERSION,
+};
+pub use workflow::{
+    StepRun, StepSpec, Workflow, WorkflowDef, WorkflowPatch, WorkflowRun, WorkflowSpec,
 };
 
 /// Milliseconds since the Unix epoch, the one time unit used on the wire inside the platform.

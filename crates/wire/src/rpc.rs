@@ -29,6 +29,9 @@ pub enum ShardRequest {
         tenant: Option<String>,
         after: Option<Uuid>,
         limit: u32,
+        /// List workflows instead of jobs.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        workflows: bool,
     },
     PatchJob {
         job_id: Uuid,
@@ -53,6 +56,21 @@ pub enum ShardRequest {
     },
     GetTicket {
         ticket_id: Uuid,
+    },
+    /// A workflow's runs with their steps' tickets, newest first, strictly before `before`.
+    ListWorkflowRuns {
+        workflow_id: Uuid,
+        before: Option<DateTime<Utc>>,
+        limit: u32,
+    },
+    /// The run a step ticket belongs to (a run's id is its first step's ticket id).
+    GetWorkflowRun {
+        run_id: Uuid,
+    },
+    /// Runs a failed run's failed steps again (fresh retry budgets) and puts the steps skipped
+    /// after them back to waiting, under the same run.
+    RetryWorkflowRun {
+        run_id: Uuid,
     },
     /// Dead letters, newest first, strictly older than the cursor `(dead_at ms, ticket id)`.
     ListDeadLetters {
@@ -134,6 +152,13 @@ pub struct KeyTarget {
 }
 
 /// A tenant on a shard, with its jobs that are not deleted.
+/// A run of a workflow and its steps' tickets, by item.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunSteps {
+    pub run: RunView,
+    pub steps: Vec<TicketView>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TenantJobs {
     pub tenant: String,
@@ -150,6 +175,8 @@ impl ShardRequest {
                 | ShardRequest::ListJobs { .. }
                 | ShardRequest::ListRuns { .. }
                 | ShardRequest::GetTicket { .. }
+                | ShardRequest::ListWorkflowRuns { .. }
+                | ShardRequest::GetWorkflowRun { .. }
                 | ShardRequest::ListDeadLetters { .. }
                 | ShardRequest::GetTenant { .. }
                 | ShardRequest::Ping
@@ -189,8 +216,15 @@ impl ShardRequest {
             | R::PauseJob { job_id }
             | R::ResumeJob { job_id }
             | R::TriggerJob { job_id }
-            | R::ListRuns { job_id, .. } => Some(crate::ids::routing_key(*job_id)),
-            R::GetTicket { ticket_id } | R::ReplayTicket { ticket_id } => {
+            | R::ListRuns { job_id, .. }
+            | R::ListWorkflowRuns {
+                workflow_id: job_id,
+                ..
+            } => Some(crate::ids::routing_key(*job_id)),
+            R::GetTicket { ticket_id }
+            | R::ReplayTicket { ticket_id }
+            | R::GetWorkflowRun { run_id: ticket_id }
+            | R::RetryWorkflowRun { run_id: ticket_id } => {
                 Some(crate::ids::routing_key(*ticket_id))
             }
             R::ListJobs {
@@ -225,6 +259,11 @@ pub enum ShardReply {
     },
     Ticket {
         ticket: TicketView,
+    },
+    /// A workflow (as its job) and runs of it, each with its step tickets by item.
+    WorkflowRuns {
+        workflow: Job,
+        runs: Vec<RunSteps>,
     },
     Triggered {
         run: RunView,

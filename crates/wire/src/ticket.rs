@@ -197,6 +197,9 @@ impl TicketResult {
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     Scheduled,
+    /// A workflow step whose upstream steps have not all succeeded yet: its ticket is written,
+    /// not published.
+    Waiting,
     Dispatched,
     Running,
     Succeeded,
@@ -210,8 +213,9 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
-    pub const ALL: [RunStatus; 10] = [
+    pub const ALL: [RunStatus; 11] = [
         RunStatus::Scheduled,
+        RunStatus::Waiting,
         RunStatus::Dispatched,
         RunStatus::Running,
         RunStatus::Succeeded,
@@ -226,6 +230,7 @@ impl RunStatus {
     pub fn as_str(&self) -> &'static str {
         match self {
             RunStatus::Scheduled => "scheduled",
+            RunStatus::Waiting => "waiting",
             RunStatus::Dispatched => "dispatched",
             RunStatus::Running => "running",
             RunStatus::Succeeded => "succeeded",
@@ -336,6 +341,9 @@ pub struct TicketView {
     pub item: u32,
     pub queue: String,
     pub status: RunStatus,
+    /// Why a workflow step was skipped or cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     pub trace_id: String,
     /// The last checkpoint an attempt recorded; the next attempt receives it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

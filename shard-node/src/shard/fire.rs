@@ -24,7 +24,7 @@ use super::{
     plan, probe,
     store::{Applied, FireOutcome, FireRequest, Fired, FollowUp, JobRow, Store},
     timers::{Due, Timer},
-    watchdog, Command, ShardContext, ShardError, ShardMetrics,
+    watchdog, workflow, Command, ShardContext, ShardError, ShardMetrics,
 };
 
 /// Delay before a fire or timer that failed (not fenced) is tried again.
@@ -276,14 +276,15 @@ impl Firer {
         tenants::count(counter, &self.metrics.label, tenant, limit, n);
     }
 
-    /// One ticket per item of the occurrence at `at`, first attempt.
+    /// One ticket per item of the occurrence at `at`, first attempt. A workflow's items are its
+    /// steps: a step that waits for others is written waiting (`workflow::step_ticket`).
     pub fn tickets_for(&self, job: &JobRow, at: i64) -> Vec<Ticket> {
         let items = job.spec.shard_items.max(1);
         (0..items)
             .map(|item| {
                 // Ends with the job's routing key, so the ticket is found on this shard.
                 let ticket_id = ids::mint(ids::routing_key(job.id));
-                Ticket {
+                let ticket = Ticket {
                     v: PROTOCOL_VERSION,
                     ticket_id,
                     job_id: job.id,
@@ -301,6 +302,10 @@ impl Firer {
                     priority: job.spec.priority,
                     trace_id: trace_id_of(ticket_id),
                     checkpoint: None,
+                };
+                match &job.spec.workflow {
+                    Some(w) => workflow::step_ticket(ticket, w),
+                    None => ticket,
                 }
             })
             .collect()
@@ -325,6 +330,7 @@ impl Firer {
             Timer::Deadline { ticket, attempt } => {
                 self.watch(agenda, ticket, attempt, None, now).await
             }
+            Timer::Advance { job, at } => workflow::advance(self, job, at, now).await,
         }
     }
 
@@ -429,13 +435,19 @@ impl Firer {
                     Timer::Deadline { ticket, attempt },
                 ),
                 FollowUp::RunEnded { job } => self.release_buffered(job, now).await?,
+                // In the loop's timers rather than at once: a failed advance is tried again a
+                // second later like any timer, and a tenant leaving the shard holds it back
+                // (its new shard carries the run on when it opens the tenant's rows).
+                FollowUp::StepEnded { job, at } => {
+                    agenda.timers.arm(now, Timer::Advance { job, at })
+                }
             }
         }
         Ok(())
     }
 
     /// Fires a `buffer_one` job's buffered occurrence if its active run has ended.
-    async fn release_buffered(&self, job_id: Uuid, now: i64) -> Result<(), ShardError> {
+    pub(super) async fn release_buffered(&self, job_id: Uuid, now: i64) -> Result<(), ShardError> {
         let Some(job) = self.store.get_job(job_id).await? else {
             return Ok(());
         };
@@ -459,7 +471,8 @@ impl Firer {
 
     /// Re-arms what an earlier owner left open: tickets it fired ahead (so a pause can still
     /// withdraw them), retry timers of attempts still in their backoff,
-    /// watchdog checks of started attempts, buffered occurrences whose run ended meanwhile.
+    /// watchdog checks of started attempts, buffered occurrences whose run ended meanwhile,
+    /// workflow runs whose steps were left waiting after the step before them ended.
     /// Retries already due are the dispatcher's outbox scan's to publish.
     pub async fn recover(&self, agenda: &mut Agenda, now: i64) -> Result<(), ShardError> {
         self.recover_matching(agenda, now, &|_| true).await
@@ -500,6 +513,11 @@ impl Firer {
         for job in self.store.jobs_with_buffered().await? {
             if of(job) {
                 self.release_buffered(job, now).await?;
+            }
+        }
+        for (job, at) in self.store.waiting_runs().await? {
+            if of(job) {
+                workflow::advance(self, job, at, now).await?;
             }
         }
         if let Some(until) = agenda.timers.loaded_until() {

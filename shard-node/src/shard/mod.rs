@@ -32,6 +32,7 @@ pub mod sweep;
 mod timers;
 mod upkeep;
 pub mod watchdog;
+pub mod workflow;
 mod writes;
 
 use std::{
@@ -293,6 +294,28 @@ impl ShardMetrics {
             replaced: metrics::RUNS_REPLACED_TOTAL.with_label_values(&l),
             label,
         }
+    }
+
+    /// Counts what one advance of a workflow run did to its steps.
+    pub fn workflow_steps(&self, done: &store::Advanced) {
+        for (state, n) in [
+            ("released", done.released.len()),
+            ("skipped", done.skipped),
+            ("cancelled", done.cancelled.len()),
+        ] {
+            if n > 0 {
+                metrics::WORKFLOW_STEPS_TOTAL
+                    .with_label_values(&[&self.label, state])
+                    .inc_by(n as u64);
+            }
+        }
+    }
+
+    /// Counts a workflow run that ended with `status`.
+    pub fn workflow_run_ended(&self, status: chronoshard_wire::RunStatus) {
+        metrics::WORKFLOW_RUNS_TOTAL
+            .with_label_values(&[&self.label, status.as_str()])
+            .inc();
     }
 
     pub fn not_fired(&self, status: chronoshard_wire::RunStatus, reason: &str, count: u64) {

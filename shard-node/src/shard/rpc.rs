@@ -24,7 +24,7 @@ use super::{
     machine,
     moves::{self, Leaving},
     served::Served,
-    store::{JobRow, Store, StoreError},
+    store::{JobKind, JobRow, Store, StoreError},
     upcoming, Command, ShardContext, ShardError,
 };
 
@@ -187,9 +187,19 @@ async fn serve(req: ShardRequest, server: &Server) -> ShardReply {
                 ref tenant,
                 after,
                 limit,
+                workflows,
             } => ShardReply::Jobs {
                 jobs: store
-                    .list_jobs(tenant.as_deref(), after, limit)
+                    .list_jobs(
+                        if workflows {
+                            JobKind::Workflow
+                        } else {
+                            JobKind::Job
+                        },
+                        tenant.as_deref(),
+                        after,
+                        limit,
+                    )
                     .await?
                     .iter()
                     .map(|r| view(r, ctx.shard))
@@ -246,6 +256,29 @@ async fn serve(req: ShardRequest, server: &Server) -> ShardReply {
             ShardRequest::GetTicket { ticket_id } => match store.ticket(ticket_id).await? {
                 Some(ticket) => ShardReply::Ticket { ticket },
                 None => not_found("ticket"),
+            },
+            ShardRequest::ListWorkflowRuns {
+                workflow_id,
+                before,
+                limit,
+            } => match store.get_job(workflow_id).await? {
+                Some(job) if job.spec.workflow.is_some() => ShardReply::WorkflowRuns {
+                    workflow: view(&job, ctx.shard),
+                    runs: store
+                        .workflow_runs(workflow_id, before.map(|b| b.timestamp_millis()), limit)
+                        .await?,
+                },
+                _ => not_found("workflow"),
+            },
+            ShardRequest::GetWorkflowRun { run_id } => match store.workflow_run(run_id).await? {
+                Some(run) => match store.get_job(run.run.job_id).await? {
+                    Some(job) if job.spec.workflow.is_some() => ShardReply::WorkflowRuns {
+                        workflow: view(&job, ctx.shard),
+                        runs: vec![run],
+                    },
+                    _ => not_found("workflow run"),
+                },
+                None => not_found("workflow run"),
             },
             ShardRequest::ListDeadLetters {
                 ref tenant,

@@ -30,13 +30,15 @@ pub(crate) enum Timer {
     Retry { ticket: Uuid, attempt: u32 },
     /// The watchdog's check of a started attempt.
     Deadline { ticket: Uuid, attempt: u32 },
+    /// A workflow run to carry on (a step of it ended): see `workflow::advance`.
+    Advance { job: Uuid, at: i64 },
 }
 
 impl Timer {
     /// The job or ticket the timer is about (its routing key is its tenant's).
     pub fn id(&self) -> Uuid {
         match *self {
-            Timer::Occurrence { job, .. } => job,
+            Timer::Occurrence { job, .. } | Timer::Advance { job, .. } => job,
             Timer::Retry { ticket, .. } | Timer::Deadline { ticket, .. } => ticket,
         }
     }
@@ -328,7 +330,9 @@ mod tests {
                                     prop_assert!(got.insert((job, at)), "handed out twice");
                                 }
                                 Timer::Retry { ticket, .. } => retries.push(ticket),
-                                Timer::Deadline { .. } => prop_assert!(false, "never armed"),
+                                Timer::Deadline { .. } | Timer::Advance { .. } => {
+                                    prop_assert!(false, "never armed")
+                                }
                             }
                         }
                         prop_assert_eq!(&got, &expected);

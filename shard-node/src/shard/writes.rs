@@ -23,8 +23,8 @@ use super::{
     fire::Firer,
     limits, machine,
     rpc::{conflict, error_reply, invalid, missing_job, not_found, view},
-    store::{reason, CreateOutcome, Fired, JobRow, KeyLeft, Replay, StoreError},
-    ShardError,
+    store::{reason, CreateOutcome, Fired, JobRow, KeyLeft, Replay, RetryRun, StoreError},
+    workflow, ShardError,
 };
 
 /// A create request waiting in the shard's queue, with where its answer goes.
@@ -73,6 +73,7 @@ impl Writes<'_> {
                     .await;
             }
             ShardRequest::ReplayTicket { ticket_id } => return self.replay(*ticket_id, now).await,
+            ShardRequest::RetryWorkflowRun { run_id } => return self.retry_run(*run_id, now).await,
             ShardRequest::PauseTenant { tenant } => return self.pause_tenant(tenant, now).await,
             ShardRequest::ResumeTenant { tenant } => return self.resume_tenant(tenant, now).await,
             ShardRequest::TriggerTenant { tenant } => {
@@ -95,7 +96,15 @@ impl Writes<'_> {
                 }
                 return self.trigger(&job, now).await;
             }
-            ShardRequest::PatchJob { patch, .. } => machine::Request::Patch(patch),
+            ShardRequest::PatchJob { patch, .. } => {
+                // A run in progress advances by the steps it started with.
+                if patch.workflow.is_some() && self.fire.store.has_active_run(job.id).await? {
+                    return Ok(conflict(
+                        "a run of the workflow is in progress: its steps can change once it ended",
+                    ));
+                }
+                machine::Request::Patch(patch)
+            }
             ShardRequest::DeleteJob { .. } => machine::Request::Delete,
             ShardRequest::PauseJob { .. } => machine::Request::Pause {
                 fired_ahead: self.agenda.fired_ahead(job.id, now),
@@ -441,6 +450,49 @@ impl Writes<'_> {
                 match self.fire.store.ticket(ticket).await? {
                     Some(view) => Ok(ShardReply::Ticket { ticket: view }),
                     None => Ok(not_found("ticket")),
+                }
+            }
+        }
+    }
+}
+
+impl Writes<'_> {
+    /// Retries a workflow run from its failed steps (`Store::retry_run`), publishes them, and
+    /// releases the steps that wait for nothing else any more.
+    async fn retry_run(&mut self, run_id: Uuid, now: i64) -> Result<ShardReply, ShardError> {
+        let Some(run) = self.fire.store.workflow_run(run_id).await? else {
+            return Ok(not_found("workflow run"));
+        };
+        let steps = match self.fire.store.get_job(run.run.job_id).await? {
+            Some(j) => j.spec.workflow.map_or(0, |w| w.steps.len()),
+            None => return Ok(not_found("workflow run")),
+        };
+        match self.fire.store.retry_run(run_id, steps, now).await? {
+            RetryRun::NotFound => Ok(not_found("workflow run")),
+            RetryRun::NotFailed => Ok(conflict(
+                "only a run that ended with a failed or skipped step, and was not replaced by a \
+                 newer one, can be retried",
+            )),
+            RetryRun::Changed => Ok(conflict(
+                "the workflow's steps changed since this run began: it cannot be retried",
+            )),
+            RetryRun::Retried(tickets) => {
+                info!(run_id = %run_id, steps = tickets.len(), "workflow run retried");
+                self.fire.dispatcher.publish(tickets);
+                let Some(run) = self.fire.store.workflow_run(run_id).await? else {
+                    return Ok(not_found("workflow run"));
+                };
+                let (job, at) = (run.run.job_id, run.run.scheduled_at.timestamp_millis());
+                workflow::advance(self.fire, job, at, now).await?;
+                let Some(run) = self.fire.store.workflow_run(run_id).await? else {
+                    return Ok(not_found("workflow run"));
+                };
+                match self.fire.store.get_job(job).await? {
+                    Some(j) => Ok(ShardReply::WorkflowRuns {
+                        workflow: view(&j, self.fire.ctx.shard),
+                        runs: vec![run],
+                    }),
+                    None => Ok(not_found("workflow")),
                 }
             }
         }

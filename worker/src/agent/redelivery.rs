@@ -136,6 +136,7 @@ mod tests {
                     item: 0,
                     queue: "q".into(),
                     status: RunStatus::Running,
+                    reason: None,
                     trace_id: String::new(),
                     checkpoint: checkpoint.clone(),
                     attempts: attempts.clone(),

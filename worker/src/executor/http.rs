@@ -44,6 +44,23 @@ impl HttpExecutor {
     }
 }
 
+/// Most bytes of a successful answer's body kept as the attempt's output (a workflow step's
+/// output reaches the steps after it).
+const OUTPUT_LIMIT: usize = 64 * 1024;
+
+/// The first `OUTPUT_LIMIT` bytes of a body (lossy UTF-8); none when it is empty or cannot be read.
+async fn body_of(mut resp: reqwest::Response) -> Option<String> {
+    let mut buf = Vec::new();
+    while let Ok(Some(chunk)) = resp.chunk().await {
+        let room = OUTPUT_LIMIT - buf.len();
+        buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if buf.len() == OUTPUT_LIMIT {
+            break;
+        }
+    }
+    (!buf.is_empty()).then(|| String::from_utf8_lossy(&buf).into_owned())
+}
+
 async fn send(client: &reqwest::Client, guard: &SsrfGuard, ticket: &Ticket) -> Outcome {
     let TargetSpec::Http {
         url,
@@ -87,6 +104,7 @@ async fn send(client: &reqwest::Client, guard: &SsrfGuard, ticket: &Ticket) -> O
     match req.send().await {
         Ok(resp) if resp.status().is_success() => Outcome {
             http_status: Some(resp.status().as_u16()),
+            output: body_of(resp).await,
             ..Outcome::succeeded()
         },
         Ok(resp) => {
@@ -187,6 +205,18 @@ mod tests {
 
     impl Raw {
         async fn start(ip: &str, location: Option<String>) -> Raw {
+            let answer = match &location {
+                Some(to) => format!(
+                    "HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\n\
+                     Connection: close\r\n\r\n"
+                ),
+                None => ok_with(""),
+            };
+            Raw::answering(ip, answer).await
+        }
+
+        /// Answers every request with `answer`, a whole HTTP/1.1 response.
+        async fn answering(ip: &str, answer: String) -> Raw {
             let listener = TcpListener::bind((ip, 0)).await.expect("bind");
             let addr = listener.local_addr().expect("addr");
             let hits = Arc::new(Mutex::new(Vec::new()));
@@ -194,7 +224,7 @@ mod tests {
             let task = tokio::spawn(async move {
                 while let Ok((mut conn, _)) = listener.accept().await {
                     let seen = seen.clone();
-                    let location = location.clone();
+                    let answer = answer.clone();
                     tokio::spawn(async move {
                         let mut head = Vec::new();
                         let mut buf = [0u8; 1024];
@@ -207,16 +237,6 @@ mod tests {
                         let head = String::from_utf8_lossy(&head);
                         let line = head.lines().next().unwrap_or_default().to_string();
                         seen.lock().expect("lock").push(line);
-                        let answer = match &location {
-                            Some(to) => format!(
-                                "HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\n\
-                                 Connection: close\r\n\r\n"
-                            ),
-                            None => {
-                                "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-                                    .to_string()
-                            }
-                        };
                         let _ = conn.write_all(answer.as_bytes()).await;
                         let _ = conn.shutdown().await;
                     });
@@ -228,6 +248,44 @@ mod tests {
         fn hits(&self) -> Vec<String> {
             self.hits.lock().expect("lock").clone()
         }
+    }
+
+    /// A 200 answer with `body`.
+    fn ok_with(body: &str) -> String {
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
+    #[tokio::test]
+    async fn a_successful_answers_body_is_the_output_cut_to_the_limit() {
+        let http = executor(SsrfGuard::default().allow_loopback());
+        let small = Raw::answering("127.0.0.1", ok_with("{\"rows\": 3}")).await;
+        let out = http
+            .execute(
+                &ticket(&format!("http://{}/", small.addr)),
+                &CancellationToken::new(),
+            )
+            .await;
+        assert!(out.ok, "{out:?}");
+        assert_eq!(out.output.as_deref(), Some("{\"rows\": 3}"));
+        let big = Raw::answering("127.0.0.1", ok_with(&"x".repeat(OUTPUT_LIMIT + 10))).await;
+        let out = http
+            .execute(
+                &ticket(&format!("http://{}/", big.addr)),
+                &CancellationToken::new(),
+            )
+            .await;
+        assert_eq!(out.output.map(|o| o.len()), Some(OUTPUT_LIMIT));
+        let empty = Raw::answering("127.0.0.1", ok_with("")).await;
+        let out = http
+            .execute(
+                &ticket(&format!("http://{}/", empty.addr)),
+                &CancellationToken::new(),
+            )
+            .await;
+        assert!(out.ok && out.output.is_none(), "{out:?}");
     }
 
     impl Drop for Raw {

@@ -26,6 +26,47 @@ pub async fn platform_with(dir: &Path, adjust: impl FnOnce(&mut DevOptions)) -> 
     Platform::start(opts).await.expect("platform starts")
 }
 
+/// A dev platform stopped for 6 s and started again on the same data: what a catch-up test
+/// judges. An occurrence up to 2 s late fires whatever the policy, so only those due in
+/// (`down_at`, `late_before`) are surely late whenever a shard opens.
+#[derive(Clone, Copy)]
+pub struct Downtime {
+    pub down_at: chrono::DateTime<chrono::Utc>,
+    pub late_before: chrono::DateTime<chrono::Utc>,
+    pub up_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl Downtime {
+    /// Stops `p`, waits out the downtime and starts the platform again.
+    pub async fn of(p: Platform, dir: &Path) -> (Platform, Downtime) {
+        p.stop().await.unwrap();
+        let down_at = chrono::Utc::now();
+        wait_for(
+            "six occurrences to fall due during the downtime",
+            LONG,
+            || async {
+                (chrono::Utc::now() - down_at > chrono::Duration::seconds(6)).then_some(())
+            },
+        )
+        .await
+        .unwrap();
+        let late_before = chrono::Utc::now() - chrono::Duration::seconds(2);
+        let platform = platform(dir).await;
+        let up_at = chrono::Utc::now();
+        let down = Downtime {
+            down_at,
+            late_before,
+            up_at,
+        };
+        (platform, down)
+    }
+
+    /// Whether an occurrence due at `t` was surely late.
+    pub fn late(&self, t: &chrono::DateTime<chrono::Utc>) -> bool {
+        *t > self.down_at && *t < self.late_before
+    }
+}
+
 /// A tiny REST client with the admin token.
 pub struct Api {
     pub base: String,

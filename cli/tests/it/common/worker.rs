@@ -108,6 +108,17 @@ impl HandWorker {
     pub async fn report(&self, t: &Ticket, kind: ResultKind, error: Option<&str>) {
         let mut r = TicketResult::new(t, kind, HAND, chrono::Utc::now());
         r.error = error.map(str::to_string);
+        self.send(t, r).await
+    }
+
+    /// Reports the ticket's attempt succeeded with `output`.
+    pub async fn succeed_with(&self, t: &Ticket, output: &str) {
+        let mut r = TicketResult::new(t, ResultKind::Succeeded, HAND, chrono::Utc::now());
+        r.output = Some(output.to_string());
+        self.send(t, r).await
+    }
+
+    async fn send(&self, t: &Ticket, r: TicketResult) {
         let msg = jetstream::message::PublishMessage::build()
             .payload(serde_json::to_vec(&r).expect("json").into())
             .message_id(r.dedup_id());

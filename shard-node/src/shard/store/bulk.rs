@@ -30,6 +30,14 @@ pub(super) fn is_simple(req: &FireRequest<'_>) -> bool {
         && req.not_fired.is_empty()
         && req.occurrences.len() == 1
         && req.expected_next.is_some()
+        && !req.occurrences[0].1.iter().any(is_waiting)
+}
+
+/// A workflow step's ticket written when its run starts but not dispatched until the steps it
+/// waits for have succeeded: it has no attempt yet (`attempt` 0), so no attempt row and no
+/// publish.
+pub(in crate::shard) fn is_waiting(t: &Ticket) -> bool {
+    t.attempt == 0
 }
 
 /// Writes simple requests (see `is_simple`) in `tx`, one statement at a time; one outcome per
@@ -215,7 +223,14 @@ fn push_ticket_writes<'q>(
 ) -> Result<()> {
     for chunk in tickets.chunks(rows_per_statement(12)) {
         push_tickets(out.statement(), chunk, now)?;
-        push_attempts(out.statement(), chunk, now);
+        if !chunk.iter().any(is_waiting) {
+            push_attempts(out.statement(), chunk, now);
+        } else {
+            let dispatched: Vec<&Ticket> = chunk.iter().filter(|t| !is_waiting(t)).collect();
+            if !dispatched.is_empty() {
+                push_attempts(out.statement(), dispatched, now);
+            }
+        }
     }
     Ok(())
 }
@@ -320,7 +335,11 @@ fn push_tickets<'q>(sql: &mut Sql<'q>, chunk: &'q [Ticket], now: i64) -> Result<
             .push_bind(t.job_id.to_string())
             .push_bind(t.scheduled_at.timestamp_millis())
             .push_bind(t.item as i64)
-            .push_bind("dispatched")
+            .push_bind(if is_waiting(t) {
+                "waiting"
+            } else {
+                "dispatched"
+            })
             .push_bind(t.attempt as i64)
             .push_bind(t.epoch as i64)
             .push_bind(t.queue.as_str())
@@ -334,7 +353,7 @@ fn push_tickets<'q>(sql: &mut Sql<'q>, chunk: &'q [Ticket], now: i64) -> Result<
 
 /// The first attempts of tickets. Takes the tickets' chunks (12 columns to its 5): a little
 /// below its best size, one loop.
-fn push_attempts(sql: &mut Sql<'_>, chunk: &[Ticket], now: i64) {
+fn push_attempts<'t>(sql: &mut Sql<'_>, chunk: impl IntoIterator<Item = &'t Ticket>, now: i64) {
     sql.statement()
         .push("INSERT INTO attempts (ticket_id, attempt, status, created_at, not_before) ");
     sql.push_values(chunk, |mut row, t| {

@@ -202,16 +202,18 @@ impl Store {
     /// deleted jobs are left out.
     pub async fn list_jobs(
         &self,
+        kind: JobKind,
         tenant: Option<&str>,
         after: Option<Uuid>,
         limit: u32,
     ) -> Result<Vec<JobRow>> {
         let sql = format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE state != 'deleted' AND ($1 IS NULL OR tenant = $2) \
-             AND id > $3 ORDER BY id LIMIT $4"
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE state != 'deleted' AND kind = $1 \
+             AND ($2 IS NULL OR tenant = $3) AND id > $4 ORDER BY id LIMIT $5"
         );
         let after = after.map(|u| u.to_string()).unwrap_or_default();
         let rows = sqlx::query(&sql)
+            .bind(kind.as_str())
             .bind(tenant)
             .bind(tenant)
             .bind(after)
@@ -292,7 +294,7 @@ impl Store {
 }
 
 /// Columns a create writes, in the order `insert_new` binds them.
-const INSERT_COLUMNS: usize = 10;
+const INSERT_COLUMNS: usize = 11;
 
 /// Inserts every job whose id and key are new, with multi-row statements that skip conflicts,
 /// then looks up what each skipped one collided with. A burst of new jobs thus costs one
@@ -357,6 +359,29 @@ async fn insert_new(
     Ok(())
 }
 
+/// What a row of `jobs` holds: a job, or a workflow (whose spec has steps).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobKind {
+    Job,
+    Workflow,
+}
+
+impl JobKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            JobKind::Job => "job",
+            JobKind::Workflow => "workflow",
+        }
+    }
+}
+
+fn kind_of(spec: &chronoshard_wire::JobSpec) -> &'static str {
+    match spec.workflow {
+        Some(_) => JobKind::Workflow.as_str(),
+        None => JobKind::Job.as_str(),
+    }
+}
+
 /// The multi-row insert of `jobs` that skips conflicts and returns the ids it created.
 fn push_insert<'q>(sql: &mut Sql<'q>, jobs: &[(&'q JobRow, Option<&'q str>)]) -> Result<()> {
     let specs = jobs
@@ -367,7 +392,7 @@ fn push_insert<'q>(sql: &mut Sql<'q>, jobs: &[(&'q JobRow, Option<&'q str>)]) ->
         .collect::<Result<Vec<_>>>()?;
     sql.statement().push(
         "INSERT INTO jobs (id, tenant, spec, state, created_at, updated_at, anchor_at, \
-         next_fire_at, idempotency_key, priority) ",
+         next_fire_at, idempotency_key, priority, kind) ",
     );
     sql.push_values(jobs.iter().zip(specs), |mut row, ((job, key), spec)| {
         row.push_bind(job.id.to_string())
@@ -379,7 +404,8 @@ fn push_insert<'q>(sql: &mut Sql<'q>, jobs: &[(&'q JobRow, Option<&'q str>)]) ->
             .push_bind(job.anchor_at)
             .push_bind(job.next_fire_at)
             .push_bind(*key)
-            .push_bind(job.spec.priority as i64);
+            .push_bind(job.spec.priority as i64)
+            .push_bind(kind_of(&job.spec));
     });
     sql.push(" ON CONFLICT DO NOTHING RETURNING id");
     Ok(())

@@ -47,6 +47,11 @@ const SQLITE: &[File] = &[
         "handoffs",
         include_str!("../../../../migrations/sqlite/0007_handoffs.sql"),
     ),
+    (
+        8,
+        "workflows",
+        include_str!("../../../../migrations/sqlite/0008_workflows.sql"),
+    ),
 ];
 
 const POSTGRES: &[File] = &[
@@ -79,6 +84,11 @@ const POSTGRES: &[File] = &[
         6,
         "handoffs",
         include_str!("../../../../migrations/postgres/0006_handoffs.sql"),
+    ),
+    (
+        7,
+        "workflows",
+        include_str!("../../../../migrations/postgres/0007_workflows.sql"),
     ),
 ];
 

@@ -25,6 +25,7 @@ mod sql;
 mod tenants;
 mod tickets;
 mod views;
+mod workflows;
 
 use std::path::PathBuf;
 
@@ -35,12 +36,13 @@ use sqlx::{
 
 pub use checkpoint::{Checkpoint, WalStamp};
 pub use handoffs::{HandOff, KeyLeft, Leave, Left, Taken};
-pub use jobs::{CreateOutcome, DueRow, JobRow};
+pub use jobs::{CreateOutcome, DueRow, JobKind, JobRow};
 pub use moves::{Cell, ExportCursor, Imported, KeyMove, MovePage, MovedTable, PAGE_OVERHEAD};
 pub use outbox::{Acked, Outgoing, Unstarted};
 pub use results::{Applied, FollowUp, OpenAttempt, Replay};
 pub use tickets::{reason, Cancelled, FireOutcome, FireRequest, Fired, NotFiredRow};
 pub use views::run_status;
+pub use workflows::{Advanced, RetryRun, StepRow};
 
 use migrations::{POSTGRES_MIGRATOR, SQLITE_MIGRATOR};
 

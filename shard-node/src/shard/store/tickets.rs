@@ -80,6 +80,8 @@ pub struct Cancelled {
     /// Not started and published: its message's sequence in the dispatch stream, where it is
     /// taken back from.
     pub publish_seq: Option<u64>,
+    /// Why it was cancelled, for the worker told to stop it.
+    pub reason: &'static str,
 }
 
 pub(super) fn ticket_json(t: &Ticket) -> Result<String> {
@@ -266,10 +268,10 @@ impl Store {
         if n == 0 {
             return Ok(Fired::Exists);
         }
-        for t in tickets {
-            insert_ticket(tx, &t, now).await?;
-            out.tickets.push(t);
-        }
+        super::bulk::insert_tickets(tx, &tickets, now).await?;
+        // A workflow's waiting steps are published when they are released, not now.
+        out.tickets
+            .extend(tickets.into_iter().filter(|t| !super::bulk::is_waiting(t)));
         Ok(Fired::Ticketed)
     }
 
@@ -332,10 +334,9 @@ impl Store {
             .await?
             .rows_affected();
             if n == 1 {
-                for t in tickets(at) {
-                    insert_ticket(&mut tx, &t, now).await?;
-                    written.push(t);
-                }
+                let tickets = tickets(at);
+                super::bulk::insert_tickets(&mut tx, &tickets, now).await?;
+                written.extend(tickets.into_iter().filter(|t| !super::bulk::is_waiting(t)));
             }
         }
         tx.commit().await?;
@@ -386,40 +387,19 @@ async fn skip(tx: &mut Tx, id: &str, at: i64, why: &'static str, now: i64) -> Re
 /// late result of the replaced execution changes nothing. Returns those attempts, for the shard
 /// to stop them where they are (a worker running one, a message waiting in the stream).
 async fn replace_run(tx: &mut Tx, id: &str, at: i64, now: i64) -> Result<Vec<Cancelled>> {
-    let open = sqlx::query(
-        "SELECT a.ticket_id, a.attempt, a.started_at, a.worker, a.publish_seq FROM attempts a \
-         JOIN tickets t ON t.id = a.ticket_id \
-         WHERE t.job_id = $1 AND t.scheduled_at = $2 AND a.finished_at IS NULL",
-    )
-    .bind(id)
-    .bind(at)
-    .fetch_all(&mut **tx)
-    .await?
-    .iter()
-    .map(|r| {
-        let started = r.try_get::<Option<i64>, _>("started_at")?.is_some();
-        let seq = r.try_get::<Option<i64>, _>("publish_seq")?;
-        Ok(Cancelled {
-            ticket: super::parse_uuid(&r.try_get::<String, _>("ticket_id")?)?,
-            attempt: r.try_get::<i64, _>("attempt")? as u32,
-            worker: if started { r.try_get("worker")? } else { None },
-            publish_seq: seq.filter(|_| !started).map(|s| s as u64),
-        })
-    })
-    .collect::<Result<Vec<_>>>()?;
-    sqlx::query(
-        "UPDATE attempts SET finished_at = $1, status = 'cancelled', error = $2 WHERE finished_at IS NULL \
-         AND ticket_id IN (SELECT id FROM tickets WHERE job_id = $3 AND scheduled_at = $4)",
-    )
-    .bind(now)
-    .bind(reason::REPLACED)
-    .bind(id)
-    .bind(at)
-    .execute(&mut **tx)
-    .await?;
+    let tickets: Vec<String> =
+        sqlx::query_scalar("SELECT id FROM tickets WHERE job_id = $1 AND scheduled_at = $2")
+            .bind(id)
+            .bind(at)
+            .fetch_all(&mut **tx)
+            .await?;
+    let mut open = Vec::new();
+    for t in &tickets {
+        open.extend(cancel_open(tx, t, reason::REPLACED, now).await?);
+    }
     sqlx::query(&format!(
         "UPDATE tickets SET status = 'cancelled', updated_at = $1 WHERE job_id = $2 AND scheduled_at = $3 \
-         AND status IN {ACTIVE}"
+         AND (status IN {ACTIVE} OR status = 'waiting')"
     ))
     .bind(now)
     .bind(id)
@@ -435,6 +415,49 @@ async fn replace_run(tx: &mut Tx, id: &str, at: i64, now: i64) -> Result<Vec<Can
     .bind(at)
     .execute(&mut **tx)
     .await?;
+    Ok(open)
+}
+
+/// Finishes the open attempts of ticket `tid` as cancelled, for `why`, so that a late result of
+/// them changes nothing. Returns them, for the shard to stop them where they are (a worker
+/// running one, a message waiting in the stream). The ticket's own status is the caller's.
+pub(super) async fn cancel_open(
+    tx: &mut Tx,
+    tid: &str,
+    why: &'static str,
+    now: i64,
+) -> Result<Vec<Cancelled>> {
+    let open = sqlx::query(
+        "SELECT attempt, started_at, worker, publish_seq FROM attempts \
+         WHERE ticket_id = $1 AND finished_at IS NULL",
+    )
+    .bind(tid)
+    .fetch_all(&mut **tx)
+    .await?
+    .iter()
+    .map(|r| {
+        let started = r.try_get::<Option<i64>, _>("started_at")?.is_some();
+        let seq = r.try_get::<Option<i64>, _>("publish_seq")?;
+        Ok(Cancelled {
+            ticket: super::parse_uuid(tid)?,
+            attempt: r.try_get::<i64, _>("attempt")? as u32,
+            worker: if started { r.try_get("worker")? } else { None },
+            publish_seq: seq.filter(|_| !started).map(|s| s as u64),
+            reason: why,
+        })
+    })
+    .collect::<Result<Vec<_>>>()?;
+    if !open.is_empty() {
+        sqlx::query(
+            "UPDATE attempts SET finished_at = $1, status = 'cancelled', error = $2 \
+             WHERE ticket_id = $3 AND finished_at IS NULL",
+        )
+        .bind(now)
+        .bind(why)
+        .bind(tid)
+        .execute(&mut **tx)
+        .await?;
+    }
     Ok(open)
 }
 
@@ -468,6 +491,14 @@ pub(super) async fn unfire(tx: &mut Tx, tickets: &[Uuid]) -> Result<()> {
             .bind(&tid)
             .execute(&mut **tx)
             .await?;
+        // A workflow's steps that wait (no attempt yet) go with the steps they wait for.
+        sqlx::query(
+            "DELETE FROM tickets WHERE job_id = $1 AND scheduled_at = $2 AND status = 'waiting'",
+        )
+        .bind(&job)
+        .bind(at)
+        .execute(&mut **tx)
+        .await?;
         // The run goes with its last item's ticket.
         sqlx::query(
             "DELETE FROM runs WHERE job_id = $1 AND scheduled_at = $2 \
@@ -497,9 +528,4 @@ pub(super) async fn unfire(tx: &mut Tx, tickets: &[Uuid]) -> Result<()> {
 pub(super) fn not_before(t: &Ticket, now: i64) -> Option<i64> {
     let at = t.scheduled_at.timestamp_millis();
     (at > now).then_some(at)
-}
-
-/// Writes a ticket (first attempt of an occurrence item) and its attempt row.
-async fn insert_ticket(tx: &mut Tx, t: &Ticket, now: i64) -> Result<()> {
-    super::bulk::insert_tickets(tx, std::slice::from_ref(t), now).await
 }

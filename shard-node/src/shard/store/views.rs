@@ -125,11 +125,12 @@ impl Store {
     /// One ticket with all its attempts.
     pub async fn ticket(&self, ticket_id: Uuid) -> Result<Option<TicketView>> {
         let tid = ticket_id.to_string();
-        let Some(row) =
-            sqlx::query("SELECT body, status, epoch, checkpoint FROM tickets WHERE id = $1")
-                .bind(&tid)
-                .fetch_optional(&self.pool)
-                .await?
+        let Some(row) = sqlx::query(
+            "SELECT body, status, epoch, checkpoint, reason FROM tickets WHERE id = $1",
+        )
+        .bind(&tid)
+        .fetch_optional(&self.pool)
+        .await?
         else {
             return Ok(None);
         };
@@ -173,6 +174,7 @@ impl Store {
             item: t.item,
             queue: t.queue,
             status: status_of(&row.try_get::<String, _>("status")?)?,
+            reason: row.try_get("reason")?,
             trace_id: t.trace_id,
             checkpoint: row
                 .try_get::<Option<String>, _>("checkpoint")?
@@ -183,7 +185,8 @@ impl Store {
 }
 
 /// The status of an occurrence from the statuses of its item tickets: running while any item runs,
-/// succeeded when all did, failed when all ended and one failed.
+/// succeeded when all did; once all ended, dead, failed or cancelled when one was, and failed
+/// when a workflow's step was skipped (a step it depended on failed, and was replayed since).
 pub fn run_status(items: &[RunStatus]) -> RunStatus {
     if items.iter().any(|s| !s.is_final()) {
         if items.contains(&RunStatus::Running) {
@@ -193,15 +196,14 @@ pub fn run_status(items: &[RunStatus]) -> RunStatus {
         } else {
             RunStatus::Dispatched
         }
-    } else if items
-        .iter()
-        .any(|s| matches!(s, RunStatus::Failed | RunStatus::Dead))
-    {
-        if items.contains(&RunStatus::Dead) {
-            RunStatus::Dead
-        } else {
-            RunStatus::Failed
-        }
+    } else if items.contains(&RunStatus::Dead) {
+        RunStatus::Dead
+    } else if items.contains(&RunStatus::Failed) {
+        RunStatus::Failed
+    } else if items.contains(&RunStatus::Cancelled) {
+        RunStatus::Cancelled
+    } else if items.contains(&RunStatus::Skipped) {
+        RunStatus::Failed
     } else {
         RunStatus::Succeeded
     }

@@ -23,7 +23,7 @@ use crate::shard::{
     store::{
         parse_uuid,
         sql::Sql,
-        views::{run_status, status_of},
+        views::{run_status, status_of, ticket_from_json},
         Result, Store, StoreError, Tx,
     },
 };
@@ -111,6 +111,8 @@ struct Batch {
     ticket_order: Vec<Uuid>,
     attempt_order: Vec<(Uuid, i64)>,
     run_order: Vec<Occurrence>,
+    /// Workflow runs a step of which ended in this batch (one follow-up each).
+    steps_ended: HashSet<Occurrence>,
     out: Applied,
 }
 
@@ -127,6 +129,7 @@ impl Batch {
             ticket_order: Vec::new(),
             attempt_order: Vec::new(),
             run_order: Vec::new(),
+            steps_ended: HashSet::new(),
             out: Applied::default(),
         };
         for (id, t) in &b.tickets {
@@ -323,11 +326,16 @@ impl Batch {
         match (spec, f.state.as_deref()) {
             (Some(spec), Some(state)) if state != "deleted" => {
                 self.out.failed_tenants.push(spec.tenant.clone());
-                if !r.permanent && retry::allows_another(&spec.retry, made) {
+                let body = t.body.as_deref().unwrap_or(&f.body);
+                // A workflow step's own policy: its item says which step it is.
+                let policy = match &spec.workflow {
+                    Some(_) => spec.retry_of(ticket_from_json(body)?.item),
+                    None => &spec.retry,
+                };
+                if !r.permanent && retry::allows_another(policy, made) {
                     let delay =
-                        retry::delay(&spec.retry, made, retry::jitter_of(r.ticket_id, r.attempt));
+                        retry::delay(policy, made, retry::jitter_of(r.ticket_id, r.attempt));
                     let at = now + delay.as_millis() as i64;
-                    let body = t.body.as_deref().unwrap_or(&f.body);
                     let checkpoint = t.checkpoint.as_deref().or(f.checkpoint.as_deref());
                     let next = next_attempt(body, checkpoint, r.attempt + 1)?;
                     let key = (r.ticket_id, next.attempt as i64);
@@ -376,6 +384,15 @@ impl Batch {
             return Ok(None);
         };
         let occurrence = (t.job_id.clone(), t.scheduled_at);
+        if t.workflow
+            && status_of(&t.status)?.is_final()
+            && self.steps_ended.insert(occurrence.clone())
+        {
+            self.out.follow_ups.push(FollowUp::StepEnded {
+                job: parse_uuid(&t.job_id)?,
+                at: t.scheduled_at,
+            });
+        }
         let mut statuses = Vec::new();
         let mut attempts = 0i64;
         for id in self.items.get(&occurrence).into_iter().flatten() {

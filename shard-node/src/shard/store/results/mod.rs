@@ -59,6 +59,9 @@ pub enum FollowUp {
     },
     /// A run of the job ended: a buffered occurrence may fire now.
     RunEnded { job: Uuid },
+    /// A step of a workflow's run ended (succeeded, or failed for good): the steps after it
+    /// may run, or be skipped.
+    StepEnded { job: Uuid, at: i64 },
 }
 
 /// What `apply_results` did.
@@ -95,7 +98,7 @@ impl Applied {
             FollowUp::Started {
                 ticket, attempt, ..
             } => !finished.contains(&(*ticket, *attempt)),
-            FollowUp::Retry { .. } => true,
+            FollowUp::Retry { .. } | FollowUp::StepEnded { .. } => true,
         });
     }
 }
@@ -197,35 +200,55 @@ impl Store {
         if row.try_get::<Option<i64>, _>("dead_at")?.is_none() {
             return Ok(Replay::NotDead);
         }
-        let made: i64 = row.try_get("attempt")?;
-        let t = next_attempt(
-            &row.try_get::<String, _>("body")?,
-            row.try_get::<Option<String>, _>("checkpoint")?.as_deref(),
-            made as u32 + 1,
-        )?;
-        sqlx::query(
-            "UPDATE tickets SET attempt = $1, attempt_base = $2, status = 'dispatched', dead_at = NULL, \
-             body = $3, updated_at = $4 WHERE id = $5",
-        )
-        .bind(t.attempt as i64)
-        .bind(made)
-        .bind(ticket_json(&t)?)
-        .bind(now)
-        .bind(&tid)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "INSERT INTO attempts (ticket_id, attempt, status, created_at) VALUES ($1, $2, 'dispatched', $3)",
-        )
-        .bind(&tid)
-        .bind(t.attempt as i64)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
+        let t = rerun(&mut tx, &tid, &row, now).await?;
         sync_run(&mut tx, &tid, None, now).await?;
         tx.commit().await?;
         Ok(Replay::Replayed(Box::new(t)))
     }
+}
+
+/// Writes the next attempt of a ticket that ended (`row`: its `attempt`, `body`, `checkpoint`)
+/// with a fresh retry budget counted from it, and returns it to publish. The run's status is the
+/// caller's to sync.
+pub(super) async fn rerun(
+    tx: &mut Tx,
+    tid: &str,
+    row: &sqlx::any::AnyRow,
+    now: i64,
+) -> Result<Ticket> {
+    let made: i64 = row.try_get("attempt")?;
+    let t = next_attempt(
+        &row.try_get::<String, _>("body")?,
+        row.try_get::<Option<String>, _>("checkpoint")?.as_deref(),
+        made as u32 + 1,
+    )?;
+    sqlx::query(
+        "UPDATE tickets SET attempt = $1, attempt_base = $2, status = 'dispatched', dead_at = NULL, \
+         reason = NULL, body = $3, updated_at = $4 WHERE id = $5",
+    )
+    .bind(t.attempt as i64)
+    .bind(made)
+    .bind(ticket_json(&t)?)
+    .bind(now)
+    .bind(tid)
+    .execute(&mut **tx)
+    .await?;
+    insert_attempt(tx, tid, t.attempt, now).await?;
+    Ok(t)
+}
+
+/// Records attempt `attempt` of ticket `tid` as dispatched (a rerun's, or a waiting workflow
+/// step's first).
+pub(super) async fn insert_attempt(tx: &mut Tx, tid: &str, attempt: u32, now: i64) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO attempts (ticket_id, attempt, status, created_at) VALUES ($1, $2, 'dispatched', $3)",
+    )
+    .bind(tid)
+    .bind(attempt as i64)
+    .bind(now)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }
 
 fn open_from_row(r: &sqlx::any::AnyRow) -> Result<OpenAttempt> {
@@ -257,7 +280,7 @@ fn next_attempt(body: &str, checkpoint: Option<&str>, attempt: u32) -> Result<Ti
 
 /// Sets the status (and attempt count) of the run a ticket belongs to from all its item tickets
 /// (one ticket at a time: the replay's; a batch of results computes runs in `batch`).
-async fn sync_run(tx: &mut Tx, tid: &str, error: Option<&str>, now: i64) -> Result<()> {
+pub(super) async fn sync_run(tx: &mut Tx, tid: &str, error: Option<&str>, now: i64) -> Result<()> {
     let row = sqlx::query("SELECT job_id, scheduled_at FROM tickets WHERE id = $1")
         .bind(tid)
         .fetch_optional(&mut **tx)

@@ -18,7 +18,7 @@ use uuid::Uuid;
 use super::super::{
     json_rows, parse_uuid,
     sql::{rows_per_statement, Sql},
-    Result, Tx,
+    JobKind, Result, Tx,
 };
 
 /// Ids per `IN (…)` list.
@@ -36,6 +36,8 @@ pub(super) struct TicketRow {
     pub run_reason: Option<String>,
     /// The job holds a buffered occurrence.
     pub buffered: bool,
+    /// The job is a workflow: the end of this ticket (a step) may let others run.
+    pub workflow: bool,
     /// Set by this batch (else the stored value stays): checkpoint, dead letter time, body.
     pub checkpoint: Option<String>,
     pub dead_at: Option<i64>,
@@ -139,7 +141,7 @@ impl<'a> Read<'a> {
         let (cols, from) = match self.table {
             Table::Tickets => (
                 "i.id, i.job_id, i.scheduled_at, i.status, i.attempt, i.timeout_ms, r.reason, \
-                 j.buffered_at",
+                 j.buffered_at, j.kind",
                 " FROM tickets t JOIN tickets i ON i.job_id = t.job_id AND i.scheduled_at = t.scheduled_at \
                  LEFT JOIN runs r ON r.job_id = i.job_id AND r.scheduled_at = i.scheduled_at \
                  LEFT JOIN jobs j ON j.id = i.job_id WHERE t.id IN (",
@@ -179,8 +181,9 @@ fn parse_tickets(text: &str, out: &mut HashMap<Uuid, TicketRow>) -> Result<()> {
         Option<i64>,
         Option<String>,
         Option<i64>,
+        Option<String>,
     );
-    for (id, job_id, scheduled_at, status, attempt, timeout_ms, run_reason, buffered_at) in
+    for (id, job_id, scheduled_at, status, attempt, timeout_ms, run_reason, buffered_at, kind) in
         json_rows::<Columns>(text)?
     {
         let id = parse_uuid(&id)?;
@@ -198,6 +201,7 @@ fn parse_tickets(text: &str, out: &mut HashMap<Uuid, TicketRow>) -> Result<()> {
                 timeout_ms,
                 run_reason,
                 buffered: buffered_at.is_some(),
+                workflow: kind.as_deref() == Some(JobKind::Workflow.as_str()),
                 checkpoint: None,
                 dead_at: None,
                 body: None,

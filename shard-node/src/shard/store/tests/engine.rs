@@ -342,6 +342,7 @@ async fn overlap_replace_cancels_the_active_run_and_ignores_its_late_result(db: 
         attempt: 1,
         worker: worker.map(str::to_string),
         publish_seq,
+        reason: reason::REPLACED,
     };
     assert_eq!(out.replaced, 1);
     assert_eq!(

@@ -15,7 +15,10 @@ async fn open_shard(db: &TestDb, shard: u32, epoch: u64) -> Store {
 }
 
 async fn job_count(s: &Store) -> usize {
-    s.list_jobs(None, None, 100).await.unwrap().len()
+    s.list_jobs(JobKind::Job, None, None, 100)
+        .await
+        .unwrap()
+        .len()
 }
 
 async fn leave(s: &Store, job: Uuid, target: u32) -> HandOff {

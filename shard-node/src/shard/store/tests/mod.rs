@@ -41,6 +41,7 @@ mod outbox;
 mod reference;
 mod results;
 mod worker;
+mod workflows;
 
 /// A JetStream ack of an attempt (the sequence is made up: only the sweep reads it).
 fn acked(ticket: Uuid, attempt: u32) -> Acked {
@@ -242,9 +243,21 @@ async fn an_older_epoch_is_fenced_once_a_newer_owner_opens(db: TestDb) {
         old.apply_results(&[stale], 1100).await,
         Err(StoreError::Fenced { .. })
     ));
-    assert_eq!(new.list_jobs(None, None, 10).await.unwrap().len(), 1);
+    assert_eq!(
+        new.list_jobs(JobKind::Job, None, None, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     // a refused write leaves no transaction open: the old owner still reads, and is refused again
-    assert_eq!(old.list_jobs(None, None, 10).await.unwrap().len(), 1);
+    assert_eq!(
+        old.list_jobs(JobKind::Job, None, None, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     assert!(matches!(
         old.create_job(&job("t", 7), None).await,
         Err(StoreError::Fenced { current: 2, .. })
@@ -413,7 +426,10 @@ async fn creates_in_one_transaction_see_each_other(db: TestDb) {
     assert!(matches!(&outcomes[2], CreateOutcome::Existing(r) if r.id == first.id));
     assert_eq!(outcomes[3], CreateOutcome::KeyReused);
     assert_eq!(outcomes[4], CreateOutcome::Created);
-    let stored = s.list_jobs(Some("t"), None, 10).await.unwrap();
+    let stored = s
+        .list_jobs(JobKind::Job, Some("t"), None, 10)
+        .await
+        .unwrap();
     let mut ids: Vec<Uuid> = stored.iter().map(|j| j.id).collect();
     ids.sort();
     let mut want = vec![first.id, plain.id];
@@ -437,7 +453,13 @@ async fn creates_in_one_transaction_see_each_other(db: TestDb) {
     assert_eq!(outcomes[1], CreateOutcome::Created);
     assert!(matches!(&outcomes[2], CreateOutcome::Existing(r) if r.id == first.id));
     assert_eq!(outcomes[3], CreateOutcome::KeyReused);
-    assert_eq!(s.list_jobs(Some("t"), None, 10).await.unwrap().len(), 3);
+    assert_eq!(
+        s.list_jobs(JobKind::Job, Some("t"), None, 10)
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
 
     let newer = open(&db, 2).await.unwrap();
     let late = job("t", 3000);
@@ -552,7 +574,11 @@ async fn a_database_without_its_epoch_row_refuses_writes(db: TestDb) {
         ),
         "{err}"
     );
-    assert!(s.list_jobs(None, None, 10).await.unwrap().is_empty());
+    assert!(s
+        .list_jobs(JobKind::Job, None, None, 10)
+        .await
+        .unwrap()
+        .is_empty());
     let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM shard_meta")
         .fetch_one(&s.pool)
         .await

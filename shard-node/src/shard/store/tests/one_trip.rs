@@ -36,7 +36,13 @@ async fn paused(s: &Store) -> i64 {
 /// The next write on the connection commits: no transaction was left open on it.
 async fn takes_a_write(s: &Store) {
     s.create_job(&job("t", 1000), None).await.unwrap();
-    assert_eq!(s.list_jobs(None, None, 10).await.unwrap().len(), 1);
+    assert_eq!(
+        s.list_jobs(JobKind::Job, None, None, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 #[tokio::test]
