@@ -60,14 +60,20 @@ impl Store {
 
     /// Runs an advance may still owe something: those with steps waiting, and a workflow's runs
     /// with a step failed for good while others still run (`fail_fast` cancels them). (job,
-    /// scheduled time), for a shard that opens to advance each.
+    /// scheduled time), for a shard that opens to advance each. The second kind is looked for
+    /// among the runs in progress only (a run stays in progress while a step runs), so the cost
+    /// follows what is in flight, not how many dead letters the shard has kept.
     pub async fn waiting_runs(&self) -> Result<Vec<(Uuid, i64)>> {
         let rows = sqlx::query(
             "SELECT DISTINCT job_id, scheduled_at FROM tickets WHERE status = 'waiting' \
-             UNION SELECT d.job_id, d.scheduled_at FROM tickets d \
-             JOIN jobs j ON j.id = d.job_id AND j.kind = 'workflow' \
-             JOIN tickets o ON o.job_id = d.job_id AND o.scheduled_at = d.scheduled_at \
-             WHERE d.dead_at IS NOT NULL AND o.status IN ('dispatched', 'running', 'retrying')",
+             UNION SELECT r.job_id, r.scheduled_at FROM runs r \
+             JOIN jobs j ON j.id = r.job_id AND j.kind = 'workflow' \
+             WHERE r.status IN ('dispatched', 'running', 'retrying') \
+             AND EXISTS (SELECT 1 FROM tickets d WHERE d.job_id = r.job_id \
+                 AND d.scheduled_at = r.scheduled_at AND d.dead_at IS NOT NULL) \
+             AND EXISTS (SELECT 1 FROM tickets o WHERE o.job_id = r.job_id \
+                 AND o.scheduled_at = r.scheduled_at \
+                 AND o.status IN ('dispatched', 'running', 'retrying'))",
         )
         .fetch_all(&self.pool)
         .await?;

@@ -159,8 +159,10 @@ async fn a_step_fails_under_its_own_retry_policy_and_skips_end_the_run(db: TestD
     assert_eq!(out.skipped, 1);
     let b = s.ticket(all[1].ticket_id).await.unwrap().unwrap();
     assert_eq!(b.reason.as_deref(), Some("a died"));
-    // c still runs: the run has not ended.
+    // c still runs: the run has not ended, and a shard that opens now finds it (`fail_fast`
+    // would cancel c).
     assert_eq!(run_status(&s, &j, 1_000).await, RunStatus::Dispatched);
+    assert_eq!(s.waiting_runs().await.unwrap(), vec![(j.id, 1_000)]);
     let out = s
         .advance_steps(Vec::new(), &[], &[all[2].ticket_id], 1_400)
         .await
@@ -168,6 +170,7 @@ async fn a_step_fails_under_its_own_retry_policy_and_skips_end_the_run(db: TestD
     assert_eq!(out.cancelled.len(), 1);
     assert_eq!(out.cancelled[0].ticket, all[2].ticket_id);
     assert_eq!(run_status(&s, &j, 1_000).await, RunStatus::Dead);
+    assert!(s.waiting_runs().await.unwrap().is_empty());
     // A late success of the cancelled step changes nothing.
     let late = s
         .apply_results(&[report(&all[2], 1, ResultKind::Succeeded, 1_500)], 1_500)
