@@ -131,14 +131,16 @@ impl WorkflowDef {
             }
         }
         if let Some(cycle) = self.cycle() {
-            let (last, first) = (cycle[cycle.len() - 2], cycle[cycle.len() - 1]);
+            // The last step of the path waits for the one before it: that `after` entry
+            // closes the cycle.
+            let (before, last) = (cycle[cycle.len() - 2], cycle[cycle.len() - 1]);
             let path: Vec<&str> = cycle.iter().map(|&i| self.steps[i].name.as_str()).collect();
             return Err(FieldError::new(
                 format!("steps[{last}].after"),
                 format!(
                     "the edge \"{}\" after \"{}\" closes the cycle {}",
                     self.steps[last].name,
-                    self.steps[first].name,
+                    self.steps[before].name,
                     path.join(" → "),
                 ),
             ));

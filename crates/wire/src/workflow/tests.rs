@@ -84,7 +84,8 @@ fn unknown_duplicate_and_self_edges_name_the_step() {
 fn a_cycle_is_refused_naming_the_edge_that_closes_it() {
     let mut steps = etl();
     steps[2].after.push("load".into()); // clean also waits for load: clean → transform → load → clean
-    let e = def(steps).validate().unwrap_err();
+    let d = def(steps);
+    let e = d.validate().unwrap_err();
     assert!(e.message.contains("closes the cycle"), "{e}");
     assert!(
         e.message.contains("clean → transform → load → clean")
@@ -92,7 +93,22 @@ fn a_cycle_is_refused_naming_the_edge_that_closes_it() {
             || e.message.contains("load → clean → transform → load"),
         "{e}"
     );
-    assert!(e.field.starts_with("steps[") && e.field.ends_with("].after"));
+    names_a_real_edge(&d, &e);
+}
+
+/// The refusal of a cycle names an `after` entry the workflow has: the field is the waiting
+/// step's, and the message says which step it waits for.
+fn names_a_real_edge(d: &WorkflowDef, e: &FieldError) {
+    let index = e
+        .field
+        .strip_prefix("steps[")
+        .and_then(|f| f.strip_suffix("].after"));
+    let i: usize = index
+        .and_then(|i| i.parse().ok())
+        .unwrap_or_else(|| panic!("field {}", e.field));
+    let quoted: Vec<&str> = e.message.split('"').skip(1).step_by(2).collect();
+    assert_eq!(quoted[0], d.steps[i].name, "{e}");
+    assert!(d.steps[i].after.iter().any(|a| a == quoted[1]), "{e}");
 }
 
 #[test]
@@ -234,7 +250,9 @@ proptest! {
         let from = edges.len() - 1;
         // s{to} waits for the last step, which (through the chain) waits for s{to}.
         edges[to].push(from);
-        let e = build(&edges).validate().unwrap_err();
+        let d = build(&edges);
+        let e = d.validate().unwrap_err();
         prop_assert!(e.message.contains("closes the cycle"), "{}", e);
+        names_a_real_edge(&d, &e);
     }
 }
