@@ -26,20 +26,46 @@ pub enum Request<'a> {
     Delete,
 }
 
-/// Why a request leaves the job as it is.
+/// Why a request leaves the job as it is. The refusals of a state name what was asked about,
+/// so a caller of the workflow routes reads "workflow".
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum Refused {
-    #[error("job is deleted")]
-    Deleted,
+    #[error("{0} is deleted")]
+    Deleted(What),
     #[error("{}: {}", .0.field, .0.message)]
     Invalid(FieldError),
-    #[error("only an active job can be paused")]
-    NotActive,
-    #[error("only a paused job can be resumed")]
-    NotPaused,
+    #[error("only an active {0} can be paused")]
+    NotActive(What),
+    #[error("only a paused {0} can be resumed")]
+    NotPaused(What),
     /// The stored spec no longer compiles (it did when it was written).
     #[error("stored schedule does not compile: {0}")]
     Corrupt(String),
+}
+
+/// What a job row stands for, as a refusal names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum What {
+    Job,
+    Workflow,
+}
+
+impl What {
+    pub fn of(job: &JobRow) -> What {
+        match job.spec.workflow {
+            Some(_) => What::Workflow,
+            None => What::Job,
+        }
+    }
+}
+
+impl std::fmt::Display for What {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            What::Job => "job",
+            What::Workflow => "workflow",
+        })
+    }
 }
 
 /// What the wheel does with the job after the write.
@@ -80,7 +106,7 @@ pub fn create(id: Uuid, spec: JobSpec, now: i64) -> Result<JobRow, FieldError> {
 /// Whether the job still takes requests (this module's and a trigger): a deleted one takes none.
 pub fn live(job: &JobRow) -> Result<(), Refused> {
     match job.state {
-        JobState::Deleted => Err(Refused::Deleted),
+        JobState::Deleted => Err(Refused::Deleted(What::of(job))),
         _ => Ok(()),
     }
 }
@@ -114,7 +140,7 @@ pub fn apply(job: &JobRow, req: Request<'_>, now: i64) -> Result<(JobRow, Effect
             // time still holds for it.
             JobState::Completed if fired_ahead => pause(&mut job),
             JobState::Paused => {}
-            _ => return Err(Refused::NotActive),
+            _ => return Err(Refused::NotActive(What::of(&job))),
         },
         Request::Resume => match job.state {
             JobState::Paused => {
@@ -123,7 +149,7 @@ pub fn apply(job: &JobRow, req: Request<'_>, now: i64) -> Result<(JobRow, Effect
                 start_at(&mut job, &schedule, now);
             }
             JobState::Active => {}
-            _ => return Err(Refused::NotPaused),
+            _ => return Err(Refused::NotPaused(What::of(&job))),
         },
     }
     job.updated_at = now;

@@ -82,10 +82,13 @@ fn a_completed_one_shot_can_be_paused_only_while_fired_ahead() {
     let ahead = Request::Pause { fired_ahead: true };
     assert_eq!(apply(&job, ahead, T0).unwrap().0.state, JobState::Paused);
     let after = Request::Pause { fired_ahead: false };
-    assert_eq!(apply(&job, after, T0).unwrap_err(), Refused::NotActive);
+    assert_eq!(
+        apply(&job, after, T0).unwrap_err(),
+        Refused::NotActive(What::Job)
+    );
     assert_eq!(
         apply(&job, Request::Resume, T0).unwrap_err(),
-        Refused::NotPaused
+        Refused::NotPaused(What::Job)
     );
 }
 
@@ -182,12 +185,37 @@ proptest! {
                     }
                     job = next;
                 }
-                Err(Refused::Deleted) => prop_assert_eq!(before.state, JobState::Deleted),
+                Err(Refused::Deleted(What::Job)) => prop_assert_eq!(before.state, JobState::Deleted),
                 Err(other) => prop_assert!(
-                    matches!(other, Refused::NotActive | Refused::NotPaused),
+                    matches!(other, Refused::NotActive(What::Job) | Refused::NotPaused(What::Job)),
                     "{other:?}"
                 ),
             }
         }
     }
+}
+
+#[test]
+fn a_workflows_refusals_name_a_workflow() {
+    let wf: chronoshard_wire::workflow::WorkflowSpec = serde_json::from_value(serde_json::json!({
+        "tenant": "acme", "name": "w", "schedule": {"every": "1h"},
+        "steps": [{"name": "a", "target": {"type": "queue", "queue": "q"}}]}))
+    .unwrap();
+    let job = create(Uuid::nil(), wf.into_job(), T0).unwrap();
+    let mut ended = job.clone();
+    ended.state = JobState::Completed;
+    let refused = apply(&ended, Request::Resume, T0).unwrap_err();
+    assert_eq!(refused, Refused::NotPaused(What::Workflow));
+    assert_eq!(refused.to_string(), "only a paused workflow can be resumed");
+    let pause = Request::Pause { fired_ahead: false };
+    let refused = apply(&ended, pause, T0).unwrap_err();
+    assert_eq!(refused.to_string(), "only an active workflow can be paused");
+    let (deleted, _) = apply(&job, Request::Delete, T0).unwrap();
+    let refused = apply(&deleted, Request::Resume, T0).unwrap_err();
+    assert_eq!(refused.to_string(), "workflow is deleted");
+    // A job's say "job".
+    let job = create(Uuid::nil(), every(10), T0).unwrap();
+    let (deleted, _) = apply(&job, Request::Delete, T0).unwrap();
+    let refused = apply(&deleted, Request::Delete, T0).unwrap_err();
+    assert_eq!(refused.to_string(), "job is deleted");
 }
