@@ -387,16 +387,7 @@ async fn skip(tx: &mut Tx, id: &str, at: i64, why: &'static str, now: i64) -> Re
 /// late result of the replaced execution changes nothing. Returns those attempts, for the shard
 /// to stop them where they are (a worker running one, a message waiting in the stream).
 async fn replace_run(tx: &mut Tx, id: &str, at: i64, now: i64) -> Result<Vec<Cancelled>> {
-    let tickets: Vec<String> =
-        sqlx::query_scalar("SELECT id FROM tickets WHERE job_id = $1 AND scheduled_at = $2")
-            .bind(id)
-            .bind(at)
-            .fetch_all(&mut **tx)
-            .await?;
-    let mut open = Vec::new();
-    for t in &tickets {
-        open.extend(cancel_open(tx, t, reason::REPLACED, now).await?);
-    }
+    let open = cancel_open(tx, OpenOf::Run(id, at), reason::REPLACED, now).await?;
     sqlx::query(&format!(
         "UPDATE tickets SET status = 'cancelled', updated_at = $1 WHERE job_id = $2 AND scheduled_at = $3 \
          AND (status IN {ACTIVE} OR status = 'waiting')"
@@ -418,45 +409,77 @@ async fn replace_run(tx: &mut Tx, id: &str, at: i64, now: i64) -> Result<Vec<Can
     Ok(open)
 }
 
-/// Finishes the open attempts of ticket `tid` as cancelled, for `why`, so that a late result of
-/// them changes nothing. Returns them, for the shard to stop them where they are (a worker
-/// running one, a message waiting in the stream). The ticket's own status is the caller's.
+/// Whose open attempts `cancel_open` finishes.
+#[derive(Clone, Copy)]
+pub(super) enum OpenOf<'a> {
+    /// One ticket's: a workflow step that `fail_fast` stops.
+    Ticket(&'a str),
+    /// Every item ticket's of the run of job `.0` at `.1`: overlap `replace`.
+    Run(&'a str, i64),
+}
+
+impl<'a> OpenOf<'a> {
+    /// The condition on `tickets t`, its placeholders numbered from `first`.
+    fn on_tickets(self, first: usize) -> String {
+        match self {
+            OpenOf::Ticket(_) => format!("t.id = ${first}"),
+            OpenOf::Run(..) => format!("t.job_id = ${first} AND t.scheduled_at = ${}", first + 1),
+        }
+    }
+
+    /// Binds the condition's values, in its placeholders' order.
+    fn bind(
+        self,
+        q: sqlx::query::Query<'a, sqlx::Any, sqlx::any::AnyArguments<'a>>,
+    ) -> sqlx::query::Query<'a, sqlx::Any, sqlx::any::AnyArguments<'a>> {
+        match self {
+            OpenOf::Ticket(tid) => q.bind(tid),
+            OpenOf::Run(job, at) => q.bind(job).bind(at),
+        }
+    }
+}
+
+/// Finishes the open attempts of `of` as cancelled, for `why`, so that a late result of them
+/// changes nothing: one select and one update whatever their number. Returns them, for the
+/// shard to stop them where they are (a worker running one, a message waiting in the stream).
+/// The tickets' own status is the caller's.
 pub(super) async fn cancel_open(
     tx: &mut Tx,
-    tid: &str,
+    of: OpenOf<'_>,
     why: &'static str,
     now: i64,
 ) -> Result<Vec<Cancelled>> {
-    let open = sqlx::query(
-        "SELECT attempt, started_at, worker, publish_seq FROM attempts \
-         WHERE ticket_id = $1 AND finished_at IS NULL",
-    )
-    .bind(tid)
-    .fetch_all(&mut **tx)
-    .await?
-    .iter()
-    .map(|r| {
-        let started = r.try_get::<Option<i64>, _>("started_at")?.is_some();
-        let seq = r.try_get::<Option<i64>, _>("publish_seq")?;
-        Ok(Cancelled {
-            ticket: super::parse_uuid(tid)?,
-            attempt: r.try_get::<i64, _>("attempt")? as u32,
-            worker: if started { r.try_get("worker")? } else { None },
-            publish_seq: seq.filter(|_| !started).map(|s| s as u64),
-            reason: why,
+    let select = format!(
+        "SELECT a.ticket_id, a.attempt, a.started_at, a.worker, a.publish_seq FROM attempts a \
+         JOIN tickets t ON t.id = a.ticket_id WHERE a.finished_at IS NULL AND {}",
+        of.on_tickets(1)
+    );
+    let open = of
+        .bind(sqlx::query(&select))
+        .fetch_all(&mut **tx)
+        .await?
+        .iter()
+        .map(|r| {
+            let started = r.try_get::<Option<i64>, _>("started_at")?.is_some();
+            let seq = r.try_get::<Option<i64>, _>("publish_seq")?;
+            Ok(Cancelled {
+                ticket: super::parse_uuid(&r.try_get::<String, _>("ticket_id")?)?,
+                attempt: r.try_get::<i64, _>("attempt")? as u32,
+                worker: if started { r.try_get("worker")? } else { None },
+                publish_seq: seq.filter(|_| !started).map(|s| s as u64),
+                reason: why,
+            })
         })
-    })
-    .collect::<Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>>>()?;
     if !open.is_empty() {
-        sqlx::query(
+        let update = format!(
             "UPDATE attempts SET finished_at = $1, status = 'cancelled', error = $2 \
-             WHERE ticket_id = $3 AND finished_at IS NULL",
-        )
-        .bind(now)
-        .bind(why)
-        .bind(tid)
-        .execute(&mut **tx)
-        .await?;
+             WHERE finished_at IS NULL AND ticket_id IN (SELECT t.id FROM tickets t WHERE {})",
+            of.on_tickets(3)
+        );
+        of.bind(sqlx::query(&update).bind(now).bind(why))
+            .execute(&mut **tx)
+            .await?;
     }
     Ok(open)
 }

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::{
     results::sync_run,
-    tickets::{cancel_open, ticket_json, Cancelled},
+    tickets::{cancel_open, ticket_json, Cancelled, OpenOf},
     views::{status_of, ticket_from_json},
     Result, Store,
 };
@@ -155,7 +155,7 @@ impl Store {
 /// Cancels a step's open attempt (`fail_fast`): the attempt and the ticket end `cancelled`.
 /// Returns the attempt, for the shard to stop it where it is.
 async fn cancel_step(tx: &mut super::Tx, id: &str, now: i64) -> Result<Vec<Cancelled>> {
-    let open = cancel_open(tx, id, FAILED_FAST, now).await?;
+    let open = cancel_open(tx, OpenOf::Ticket(id), FAILED_FAST, now).await?;
     if !open.is_empty() {
         sqlx::query(
             "UPDATE tickets SET status = 'cancelled', reason = $1, updated_at = $2 WHERE id = $3",
