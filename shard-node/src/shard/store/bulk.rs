@@ -223,13 +223,10 @@ fn push_ticket_writes<'q>(
 ) -> Result<()> {
     for chunk in tickets.chunks(rows_per_statement(12)) {
         push_tickets(out.statement(), chunk, now)?;
-        if !chunk.iter().any(is_waiting) {
-            push_attempts(out.statement(), chunk, now);
-        } else {
-            let dispatched: Vec<&Ticket> = chunk.iter().filter(|t| !is_waiting(t)).collect();
-            if !dispatched.is_empty() {
-                push_attempts(out.statement(), dispatched, now);
-            }
+        // A workflow's waiting steps have no attempt yet.
+        let mut dispatched = chunk.iter().filter(|t| !is_waiting(t)).peekable();
+        if dispatched.peek().is_some() {
+            push_attempts(out.statement(), dispatched, now);
         }
     }
     Ok(())
